@@ -1,0 +1,186 @@
+"""The env protocol: gymnasium-style, text in and text out.
+
+    env = envs.make("sokoban")
+    obs, info = env.reset(seed=3)
+    obs, reward, terminated, truncated, info = env.step("<think>…</think><answer>Up</answer>")
+
+A subclass implements the game (`_reset`, `_apply_action`, `render`, `instruction`,
+`action_vocabulary`); this class owns what every env shares: parsing the model's text,
+the per-turn and per-trajectory action budgets, the format penalty, and seeding.
+
+Seeding: `reset(seed)` builds the instance from `np.random.default_rng(seed)` only, so a
+seed gives the same instance in every process and thread (no `hash()`, no global RNG).
+Stochastic dynamics (a slippery lake, a risky arm) draw from a second generator keyed by
+`(seed, rollout_index)`: the G rollouts of one group share the instance, and the rollout
+engine passes `options={"rollout_index": g}` so they do not share every coin flip.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import secrets
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from envs.parsing import ParsedResponse, parse_response
+
+DYNAMICS_STREAM = 0x5EED  # separates the dynamics generator from the instance generator
+
+
+class EnvConfigError(ValueError):
+    """A bad env name, config key or config value."""
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """Fields every env has. Subclasses add their own (all with defaults)."""
+
+    max_actions_per_turn: int = 1
+    max_actions_per_traj: int = 10
+    format_penalty: float = -0.1
+    require_think: bool = True  # False: answer-only mode, `<answer>…</answer>` alone
+
+    def __post_init__(self) -> None:
+        if self.max_actions_per_turn < 1:
+            raise EnvConfigError(f"max_actions_per_turn must be >= 1, got {self.max_actions_per_turn}")
+        if self.max_actions_per_traj < 1:
+            raise EnvConfigError(f"max_actions_per_traj must be >= 1, got {self.max_actions_per_traj}")
+        if not np.isfinite(self.format_penalty) or self.format_penalty > 0:
+            raise EnvConfigError(f"format_penalty must be a finite number <= 0, got {self.format_penalty}")
+
+
+@dataclass
+class ActionOutcome:
+    """The result of applying one valid action to the game."""
+
+    reward: float
+    terminated: bool = False
+    success: bool = False
+    info: dict = dataclasses.field(default_factory=dict)
+
+
+class EpisodeOverError(RuntimeError):
+    pass
+
+
+class TextEnv(abc.ABC):
+    config_cls: ClassVar[type[EnvConfig]] = EnvConfig
+
+    def __init__(self, config: EnvConfig | None = None):
+        self.config = config if config is not None else self.config_cls()
+        if not isinstance(self.config, self.config_cls):
+            raise EnvConfigError(
+                f"{type(self).__name__} needs a {self.config_cls.__name__}, got {type(self.config).__name__}"
+            )
+        self.seed: int | None = None
+        self.actions_taken = 0
+        self.episode_over = True
+        self.dynamics_rng = np.random.default_rng(0)
+
+    # --- what a game implements -------------------------------------------------------
+
+    @property
+    @abc.abstractmethod
+    def instruction(self) -> str:
+        """The task description for the system prompt."""
+
+    @property
+    def action_vocabulary(self) -> tuple[str, ...] | None:
+        """The valid actions, or None when the answer is free-form text."""
+        return None
+
+    @abc.abstractmethod
+    def _reset(self, rng: np.random.Generator) -> dict:
+        """Build a new instance from `rng`; return extra reset info."""
+
+    @abc.abstractmethod
+    def _apply_action(self, action: str) -> ActionOutcome:
+        """Apply one valid (canonical) action."""
+
+    @abc.abstractmethod
+    def render(self) -> str:
+        """The current state as text: the observation the model sees."""
+
+    def sample_action(self, rng: np.random.Generator) -> str:
+        """A random valid action, for checkers and fuzzers."""
+        vocabulary = self.action_vocabulary
+        if vocabulary is None:
+            raise NotImplementedError(f"{type(self).__name__} has free-form actions: override sample_action")
+        return vocabulary[int(rng.integers(len(vocabulary)))]
+
+    # --- the shared protocol ----------------------------------------------------------
+
+    @property
+    def actions_left(self) -> int:
+        return max(0, self.config.max_actions_per_traj - self.actions_taken)
+
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:
+        if seed is None:
+            seed = secrets.randbits(63)
+        if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
+            raise EnvConfigError(f"seed must be a non-negative int, got {seed!r}")
+        options = dict(options or {})
+        rollout_index = int(options.pop("rollout_index", 0))
+        if options:
+            raise EnvConfigError(f"unknown reset options {sorted(options)}; valid: ['rollout_index']")
+        self.seed = int(seed)
+        self.actions_taken = 0
+        self.episode_over = False
+        self.dynamics_rng = np.random.default_rng([self.seed, rollout_index, DYNAMICS_STREAM])
+        info = {"seed": self.seed, "rollout_index": rollout_index}
+        info.update(self._reset(np.random.default_rng(self.seed)))
+        return self.render(), info
+
+    def parse(self, response: str) -> ParsedResponse:
+        return parse_response(
+            response,
+            vocabulary=self.action_vocabulary,
+            max_actions=self.config.max_actions_per_turn,
+            require_think=self.config.require_think,
+        )
+
+    def step(self, response: str) -> tuple[str, float, bool, bool, dict]:
+        """Parse one model turn, apply its valid actions, return the gymnasium 5-tuple."""
+        if self.episode_over:
+            raise EpisodeOverError("the episode is over (or never started): call reset() first")
+        parsed = self.parse(response)
+        budget = self.actions_left
+        to_run, over_budget = parsed.actions[:budget], parsed.actions[budget:]
+
+        reward, terminated, success = 0.0, False, False
+        executed: list[str] = []
+        action_infos: list[dict] = []
+        for action in to_run:
+            outcome = self._apply_action(action)
+            self.actions_taken += 1
+            executed.append(action)
+            reward += float(outcome.reward)
+            action_infos.append(outcome.info)
+            if outcome.terminated:
+                terminated, success = True, bool(outcome.success)
+                break
+
+        format_penalty = 0.0 if executed else float(self.config.format_penalty)
+        reward += format_penalty
+        truncated = not terminated and self.actions_taken >= self.config.max_actions_per_traj
+        self.episode_over = terminated or truncated
+        info = {
+            "parse": parsed.to_info(),
+            "actions_executed": executed,
+            "actions_over_budget": list(over_budget),
+            "action_infos": action_infos,
+            "action_is_valid": bool(executed),
+            "format_penalty": format_penalty,
+            "actions_left": self.actions_left,
+            "success": success and not truncated,
+        }
+        return self.render(), reward, terminated, truncated, info
+
+    def close(self) -> None:
+        self.episode_over = True
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.config})"

@@ -1,0 +1,65 @@
+"""Chat messages for an env, in RAGEN's prompt format.
+
+system: "You're a helpful assistant. " + instruction (+ actions, + how many per turn)
+user:   "Turn k:\\nState:\\n{obs}\\nYou have {n} actions left. Always output: … "
+assistant: the model's turn
+user:   "Reward:\\n{r}\\n"  (after every assistant turn)
+
+One deliberate difference from RAGEN: the "up to N actions" line states the per-turn
+limit the parser enforces (RAGEN printed the per-trajectory budget there).
+"""
+
+from __future__ import annotations
+
+from envs.base import TextEnv
+from envs.parsing import ACTION_SEPARATOR
+
+SYSTEM_PREFIX = "You're a helpful assistant. "
+THINK_FORMAT = "<think> [Your thoughts] </think> <answer> [your answer] </answer>"
+ANSWER_FORMAT = "<answer> [your answer] </answer>"
+NO_VALID_ACTION_WARNING = (
+    "No valid action provided previously. Environment state remains the same. Please try again.\n"
+)
+
+
+def system_message(env: TextEnv) -> dict:
+    content = SYSTEM_PREFIX + env.instruction.strip()
+    vocabulary = env.action_vocabulary
+    if vocabulary is not None:
+        content += "\nYour available actions are:\n" + ", ".join(vocabulary)
+        content += (
+            f"\nYou can make up to {env.config.max_actions_per_turn} actions per turn, "
+            f'separated by the action separator " {ACTION_SEPARATOR} "'
+        )
+    return {"role": "system", "content": content}
+
+
+def turn_message(env: TextEnv, turn: int, observation: str, *, max_response_words: int | None = None,
+                 previous_turn_invalid: bool = False) -> dict:
+    """The user message that opens turn `turn` (1-based)."""
+    answer_format = THINK_FORMAT if env.config.require_think else ANSWER_FORMAT
+    warning = NO_VALID_ACTION_WARNING if previous_turn_invalid else ""
+    content = (
+        f"\nTurn {turn}:\nState:\n{observation}\n{warning}"
+        f"You have {env.actions_left} actions left. Always output: {answer_format} "
+        f"with no extra text. Strictly follow this format."
+    )
+    if max_response_words is not None:
+        content += f" Max response length: {max_response_words} words (tokens)."
+    return {"role": "user", "content": content + "\n"}
+
+
+def reward_message(reward: float) -> dict:
+    return {"role": "user", "content": f"Reward:\n{reward:g}\n"}
+
+
+def first_turn_messages(env: TextEnv, observation: str, max_response_words: int | None = None) -> list[dict]:
+    return [system_message(env), turn_message(env, 1, observation, max_response_words=max_response_words)]
+
+
+def render_messages(messages: list[dict]) -> str:
+    """A plain-text view of a conversation, for people (not the chat template)."""
+    blocks = []
+    for message in messages:
+        blocks.append(f"[{message['role']}]\n{message['content'].strip()}")
+    return "\n\n".join(blocks)
