@@ -1,0 +1,132 @@
+"""`ragen2 envs list | show | play`: look at the environments the way the model does."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+
+import envs
+from envs.base import EnvConfig, EnvConfigError, TextEnv
+from envs.parsing import ANSWER_OPEN, format_response
+from envs.prompt import first_turn_messages, render_messages, reward_message, turn_message
+
+DEFAULT_ENV = "sokoban"
+SHARED_FIELDS = {f.name for f in dataclasses.fields(EnvConfig)}
+
+
+def add_parser(commands) -> None:
+    parser = commands.add_parser("envs", help="list, show and play the environments")
+    sub = parser.add_subparsers(dest="envs_command", metavar="ACTION")
+    sub.required = True
+
+    listing = sub.add_parser("list", help="a table of every registered env")
+    listing.set_defaults(run=run_list)
+
+    for action, helper, run in (
+        ("show", "print the prompt the model sees for one instance", run_show),
+        ("play", "play an instance in the terminal", run_play),
+    ):
+        command = sub.add_parser(action, help=helper)
+        command.add_argument("name", nargs="?", default=DEFAULT_ENV,
+                             help=f"env name (see `ragen2 envs list`; default {DEFAULT_ENV})")
+        command.add_argument("--seed", type=int, default=0, help="instance seed (default 0)")
+        command.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                             help="config overrides, e.g. dim_x=8 max_actions_per_turn=3")
+        command.set_defaults(run=run)
+
+
+def _describe_config(config: EnvConfig) -> str:
+    own = [f"{f.name}={getattr(config, f.name)}" for f in dataclasses.fields(config) if f.name not in SHARED_FIELDS]
+    budget = f"actions {config.max_actions_per_turn}/turn, {config.max_actions_per_traj}/traj"
+    return ", ".join([budget, *own[:4]]) + (" …" if len(own) > 4 else "")
+
+
+def run_list(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="ragen2 environments", show_lines=False)
+    table.add_column("name", style="bold")
+    table.add_column("description")
+    table.add_column("key defaults")
+    for entry in envs.specs():
+        table.add_row(entry.name, entry.description, _describe_config(entry.config))
+    Console().print(table)
+    return 0
+
+
+def _make_env(args) -> TextEnv:
+    name, overrides = args.name, list(args.overrides)
+    if "=" in name:  # `ragen2 envs show dim_x=8`: an override, not a name
+        name, overrides = DEFAULT_ENV, [name, *overrides]
+    raw = {}
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise EnvConfigError(f"override {item!r} is not KEY=VALUE")
+        raw[key] = value
+    entry = envs.spec(name)
+    return entry.env_cls(entry.make_config(**envs.coerce_overrides(entry, raw)))
+
+
+def _with_env(run):
+    """Turn config errors into one clear line and exit status 2, not a traceback."""
+
+    def wrapped(args) -> int:
+        try:
+            env = _make_env(args)
+            return run(args, env)
+        except EnvConfigError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+
+    return wrapped
+
+
+@_with_env
+def run_show(args, env: TextEnv) -> int:
+    obs, _ = env.reset(seed=args.seed)
+    print(render_messages(first_turn_messages(env, obs)))
+    return 0
+
+
+def _as_response(line: str, env: TextEnv) -> str:
+    """People may type the model's format or bare actions (`Up || Left`)."""
+    if ANSWER_OPEN in line:
+        return line
+    actions = [piece.strip() for piece in line.split("||")]
+    return format_response(actions, think="" if env.config.require_think else None)
+
+
+@_with_env
+def run_play(args, env: TextEnv) -> int:
+    obs, _ = env.reset(seed=args.seed)
+    messages = first_turn_messages(env, obs)
+    print(render_messages(messages))
+    print("\nType actions (e.g. `Up || Left`) or a full <think>…</think><answer>…</answer>; "
+          "an empty line or Ctrl-D quits.\n")
+    total, turn = 0.0, 1
+    while True:
+        try:
+            line = input(f"turn {turn}> ").strip()
+        except EOFError:
+            line = ""
+        if not line:
+            print(f"quit after {turn - 1} turns; total reward {total:g}")
+            return 0
+        obs, reward, terminated, truncated, info = env.step(_as_response(line, env))
+        total += reward
+        parse = info["parse"]
+        if parse["error"]:
+            print(f"  parser: {parse['error']}")
+        for dropped in parse["dropped"]:
+            print(f"  dropped {dropped['text']!r}: {dropped['reason']}")
+        print(f"  executed {info['actions_executed']} → reward {reward:g}")
+        if terminated or truncated:
+            outcome = "SUCCESS" if info["success"] else ("out of actions" if truncated else "episode over")
+            print(f"\n{obs}\n\n{outcome}: total reward {total:g} in {turn} turns")
+            return 0
+        turn += 1
+        print(render_messages([reward_message(reward), turn_message(env, turn, obs,
+                                                                    previous_turn_invalid=not info['action_is_valid'])]))
