@@ -1,0 +1,183 @@
+"""Filter configuration and the named presets in ``configs/filters/``.
+
+A :class:`FilterConfig` says how :func:`snr.select_groups` ranks the groups of one
+training batch and which of them it keeps. Every field is validated when the
+config is built, so a bad YAML preset fails at load time with a message that
+names the field and the accepted values, not halfway through a training step.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+STRATEGIES = ("top_p", "top_k", "top_k_abs", "min_p", "none")
+METRICS = ("reward_variance", "reward_std", "given")
+SPREAD_METRICS = ("reward_variance", "reward_std")
+ORDERS = ("largest", "smallest")
+TOP_P_MODES = ("linear", "softmax")
+DDOFS = (0, 1)
+
+# RAGEN's filter metrics that are not reward spreads; the caller computes them and
+# passes them as `scores` with metric "given".
+_CALLER_SCORED = ("reward", "reward_sum", "entropy", "entropy_variance", "entropy_std", "length")
+
+# configs/ lives at the repository root, next to this package's directory.
+PRESETS_DIR = Path(__file__).resolve().parent.parent / "configs" / "filters"
+
+
+class FilterConfigError(ValueError):
+    """A filter config or preset is invalid; the message names the field."""
+
+
+def _choice(field: str, value: Any, valid: tuple[str, ...]) -> None:
+    if value not in valid:
+        raise FilterConfigError(f"{field} must be one of {', '.join(valid)}; got {value!r}")
+
+
+def _number(field: str, value: Any) -> float:
+    # bool is an int subclass; `value: true` in YAML is a typo, not 1.0.
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise FilterConfigError(f"{field} must be a number; got {value!r}")
+    if not math.isfinite(value):
+        raise FilterConfigError(f"{field} must be finite; got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class FilterConfig:
+    """How to score, rank and keep groups (one group = the G rollouts of one prompt).
+
+    strategy      top_p | top_k | top_k_abs | min_p | none (keep every group).
+    value         top_p: the share p in (0, 1]; p = 1 keeps every candidate (RAGEN's
+                  "no filter" setting). top_k: the fraction of groups in (0, 1].
+                  top_k_abs: a whole number of groups >= 1. min_p: the fraction of the
+                  best score in [0, 1]. none: ignored.
+    metric        reward_variance: the in-group sample variance of the rewards with
+                  `ddof`; reward_std: its square root; given: a per-group score the
+                  caller passes (entropy, length, ...).
+    order         largest keeps high scores, smallest keeps low scores.
+    top_p_mode    linear: accumulate the scores themselves; softmax: accumulate
+                  softmax(score) probabilities (never comes back empty).
+    include_zero  False drops groups whose rewards are all equal before ranking.
+    eps           slack of the linear top-p threshold p * total - eps (RAGEN: 0.01).
+    ddof          1 (default) divides by G - 1: the unbiased estimate of Var(R|x),
+                  and what torch.std (RAGEN's std) computes; 0 divides by G.
+
+    The default is RAGEN-2's recommended filter: linear top-p 0.9 on the reward
+    variance, zero-spread groups dropped.
+    """
+
+    strategy: str = "top_p"
+    value: float = 0.9
+    metric: str = "reward_variance"
+    order: str = "largest"
+    top_p_mode: str = "linear"
+    include_zero: bool = False
+    eps: float = 0.01
+    ddof: int = 1
+
+    def __post_init__(self) -> None:
+        if self.metric in _CALLER_SCORED:
+            raise FilterConfigError(
+                f"metric {self.metric!r} is not computed here: compute the per-group score "
+                f"yourself and pass it as `scores` with metric 'given' "
+                f"(valid metrics: {', '.join(METRICS)})"
+            )
+        _choice("strategy", self.strategy, STRATEGIES)
+        _choice("metric", self.metric, METRICS)
+        _choice("order", self.order, ORDERS)
+        _choice("top_p_mode", self.top_p_mode, TOP_P_MODES)
+        if not isinstance(self.include_zero, bool):
+            raise FilterConfigError(f"include_zero must be true or false; got {self.include_zero!r}")
+        if isinstance(self.ddof, bool) or self.ddof not in DDOFS:
+            raise FilterConfigError(f"ddof must be 0 or 1; got {self.ddof!r}")
+        eps = _number("eps", self.eps)
+        if eps < 0:
+            raise FilterConfigError(f"eps must be >= 0; got {eps}")
+        value = _number("value", self.value)
+        self._check_value_range(value)
+        # Store plain floats so equal configs compare and print equal (0.9 vs 9e-1 from YAML).
+        object.__setattr__(self, "value", value)
+        object.__setattr__(self, "eps", eps)
+        if self.strategy == "none" and not self.include_zero:
+            raise FilterConfigError(
+                "strategy 'none' keeps every group, so include_zero=false would be ignored; "
+                "to drop only zero-spread groups use strategy top_p with value 1.0 and include_zero false"
+            )
+
+    def _check_value_range(self, value: float) -> None:
+        s = self.strategy
+        if s in ("top_p", "top_k") and not 0.0 < value <= 1.0:
+            raise FilterConfigError(f"value for strategy {s} must be in (0, 1]; got {value}")
+        if s == "top_k_abs" and (value < 1 or value != int(value)):
+            raise FilterConfigError(f"value for strategy top_k_abs must be a whole number >= 1; got {value}")
+        if s == "min_p" and not 0.0 <= value <= 1.0:
+            raise FilterConfigError(f"value for strategy min_p must be in [0, 1]; got {value}")
+
+    @property
+    def uses_spread_metric(self) -> bool:
+        return self.metric in SPREAD_METRICS
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "FilterConfig":
+        if not isinstance(data, Mapping):
+            raise FilterConfigError(f"a filter config must be a mapping of fields; got {type(data).__name__}")
+        valid = [f.name for f in fields(cls)]
+        unknown = sorted(set(data) - set(valid))
+        if unknown:
+            raise FilterConfigError(f"unknown filter config field(s) {unknown}; valid fields: {', '.join(valid)}")
+        return cls(**dict(data))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def _normalise(name: str) -> str:
+    # Same rule as the env registry: case, '_' and '-' do not matter.
+    return name.lower().replace("_", "").replace("-", "")
+
+
+def available_presets(presets_dir: str | Path | None = None) -> list[str]:
+    """Names of the presets (YAML files) in `presets_dir` (default configs/filters/)."""
+    directory = Path(presets_dir) if presets_dir is not None else PRESETS_DIR
+    if not directory.is_dir():
+        return []
+    return sorted(p.stem for p in directory.glob("*.yaml"))
+
+
+def load_preset(name_or_path: str | Path, presets_dir: str | Path | None = None) -> FilterConfig:
+    """Load and validate a filter preset.
+
+    `name_or_path` is a preset name (``snr-top-p``; case, ``_`` and ``-`` ignored)
+    looked up in `presets_dir` (default: ``configs/filters/`` at the repository
+    root), or the path of a YAML file.
+    """
+    import yaml  # only the loader needs it; selection itself is pure torch
+
+    text = str(name_or_path)
+    path = Path(text)
+    if not (path.suffix in (".yaml", ".yml") or path.is_file()):
+        directory = Path(presets_dir) if presets_dir is not None else PRESETS_DIR
+        names = available_presets(directory)
+        matches = [n for n in names if _normalise(n) == _normalise(text)]
+        if not matches:
+            where = f"in {directory}" if directory.is_dir() else f"({directory} does not exist)"
+            raise FilterConfigError(
+                f"unknown filter preset {text!r} {where}; available: {', '.join(names) or 'none'}"
+            )
+        path = directory / f"{matches[0]}.yaml"
+    if not path.is_file():
+        raise FilterConfigError(f"filter preset file {path} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise FilterConfigError(f"filter preset {path} is not valid YAML: {exc}") from exc
+    if data is None:
+        raise FilterConfigError(f"filter preset {path} is empty; give at least the strategy")
+    try:
+        return FilterConfig.from_dict(data)
+    except FilterConfigError as exc:
+        raise FilterConfigError(f"filter preset {path}: {exc}") from exc

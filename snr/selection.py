@@ -1,0 +1,282 @@
+"""SNR-aware group selection: score each prompt's group of rollouts, keep some.
+
+A group is the G rollouts of one prompt. Its in-group reward spread bounds how
+much task signal its policy gradient can carry (||g_task|| <= C * sqrt(Var(R|x))),
+so :func:`select_groups` ranks groups by that spread (or by a score the caller
+gives) and keeps the ones a strategy picks. An empty selection means "skip this
+update": training on it would be regulariser noise only.
+
+Semantics follow RAGEN-2's public ``ragen/trainer/rollout_filter.py``. Where we
+deliberately differ, and why:
+
+* Metric names say what they compute. RAGEN's ``reward_variance`` ranked by the
+  standard deviation; here ``reward_variance`` is the variance and ``reward_std``
+  is the standard deviation (RAGEN's behaviour, with ddof=1 like torch.std).
+* Ties are broken by original group index (stable sort); RAGEN's torch.sort /
+  topk left tie order unspecified. ``kept`` is returned ascending.
+* Groups whose rewards are all equal (max - min <= ZERO_SPREAD_TOL) get a spread
+  of exactly 0: float round-off otherwise leaves ~1e-34 "spread" on them. With
+  include_zero=False such groups are dropped, also for metric "given" (RAGEN
+  dropped groups whose *score* was 0; for a caller score such as entropy, "no
+  reward spread" is the meaningful thing to drop).
+* Linear top-p: groups with score <= 0 carry no mass and are passed over. RAGEN
+  stopped at the first one, which is the same in ``largest`` order (they are all
+  at the end) but in ``smallest`` order would empty the selection whenever one
+  zero-spread group exists.
+* top_k: k = max(1, int(value * num_groups + 1e-9)) so that 0.29 * 100 keeps 29
+  groups, not int(28.999999999999996) = 28.
+* Statistics are computed in float64 on the CPU: the inputs are tiny (one number
+  per rollout) and this keeps cumulative sums and ties reproducible on any device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .config import FilterConfig
+
+ZERO_SPREAD_TOL = 1e-10  # a group whose rewards differ by no more than this has no spread
+MIN_P_TOL = 1e-10  # RAGEN's slack so min_p keeps groups tied with the best despite round-off
+_TOP_K_ROUNDING = 1e-9  # see module docstring: int(value * num_groups) without round-off loss
+
+
+class FilterInputError(ValueError):
+    """Rewards or scores passed to the filter are unusable; the message says why."""
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which groups one filter step keeps.
+
+    kept     int64 CPU tensor of group indices, ascending (original order).
+    skip     True when nothing is kept: skip the update for this step.
+    scores   float64 CPU tensor [num_groups]: the score each group was ranked by.
+    metrics  plain floats for logging (see :func:`select_groups`).
+    """
+
+    kept: torch.Tensor
+    skip: bool
+    scores: torch.Tensor
+    metrics: dict[str, float]
+
+    @property
+    def num_groups(self) -> int:
+        return int(self.scores.numel())
+
+    @property
+    def kept_fraction(self) -> float:
+        return self.kept.numel() / self.num_groups
+
+    def group_mask(self) -> torch.Tensor:
+        """Bool [num_groups]: True for kept groups."""
+        mask = torch.zeros(self.num_groups, dtype=torch.bool)
+        mask[self.kept] = True
+        return mask
+
+    def sample_mask(self, group_size: int) -> torch.Tensor:
+        """Bool [num_groups * group_size] for a flat, group-major batch of rollouts."""
+        if group_size < 1:
+            raise FilterInputError(f"group_size must be >= 1; got {group_size}")
+        return self.group_mask().repeat_interleave(group_size)
+
+
+def _reward_matrix(rewards: Any) -> torch.Tensor:
+    if not isinstance(rewards, torch.Tensor):
+        try:
+            rewards = torch.as_tensor(rewards)
+        except (TypeError, ValueError, RuntimeError) as exc:
+            raise FilterInputError(f"rewards must be a tensor [num_groups, group_size]; got {type(rewards).__name__}") from exc
+    if rewards.is_complex():
+        raise FilterInputError(f"rewards must be real numbers; got dtype {rewards.dtype}")
+    if rewards.dim() != 2:
+        raise FilterInputError(
+            f"rewards must be a 2-D tensor [num_groups, group_size] (one row per prompt); got shape "
+            f"{tuple(rewards.shape)}. Reshape a flat batch with rewards.view(num_groups, group_size)"
+        )
+    num_groups, group_size = rewards.shape
+    if num_groups == 0 or group_size == 0:
+        raise FilterInputError(f"rewards must have at least one group and one rollout; got shape {tuple(rewards.shape)}")
+    matrix = rewards.detach().to(device="cpu", dtype=torch.float64)
+    bad = ~torch.isfinite(matrix)
+    if bad.any():
+        g, j = (int(i) for i in bad.nonzero()[0])
+        raise FilterInputError(
+            f"rewards contain {int(bad.sum())} NaN or infinite value(s), first at group {g}, rollout {j} "
+            f"({matrix[g, j].item()}); fix the reward before filtering"
+        )
+    return matrix
+
+
+def group_spread(rewards: Any, ddof: int = 1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """In-group reward spread of a [num_groups, group_size] reward matrix.
+
+    Returns float64 CPU tensors ``(variance, std, zero_spread)``, each [num_groups]:
+    the sample variance with `ddof`, its square root, and whether all rewards in
+    the group are equal. A group of one rollout has spread 0 (none observed).
+    """
+    if ddof not in (0, 1):
+        raise FilterInputError(f"ddof must be 0 or 1; got {ddof!r}")
+    matrix = _reward_matrix(rewards)
+    group_size = matrix.shape[1]
+    zero_spread = (matrix.amax(dim=1) - matrix.amin(dim=1)) <= ZERO_SPREAD_TOL
+    if group_size == 1:
+        variance = torch.zeros(matrix.shape[0], dtype=torch.float64)
+    else:
+        centred = matrix - matrix.mean(dim=1, keepdim=True)
+        variance = centred.pow(2).sum(dim=1) / (group_size - ddof)
+    variance = torch.where(zero_spread, torch.zeros_like(variance), variance)
+    return variance, variance.sqrt(), zero_spread
+
+
+def _given_scores(scores: Any, num_groups: int) -> torch.Tensor:
+    if not isinstance(scores, torch.Tensor):
+        scores = torch.as_tensor(scores)
+    if scores.is_complex() or scores.dim() != 1 or scores.numel() != num_groups:
+        raise FilterInputError(
+            f"scores must be a real 1-D tensor with one score per group ({num_groups}); "
+            f"got shape {tuple(scores.shape)}, dtype {scores.dtype}"
+        )
+    scores = scores.detach().to(device="cpu", dtype=torch.float64)
+    bad = ~torch.isfinite(scores)
+    if bad.any():
+        g = int(bad.nonzero()[0, 0])
+        raise FilterInputError(f"scores contain NaN or infinite value(s), first at group {g} ({scores[g].item()})")
+    return scores
+
+
+def _ranked(scores: torch.Tensor, order: str) -> torch.Tensor:
+    """Positions of `scores` best-first; ties keep original order (stable sort)."""
+    return torch.sort(scores, descending=(order == "largest"), stable=True).indices
+
+
+_EMPTY = torch.zeros(0, dtype=torch.long)
+
+
+def _top_p_linear(s: torch.Tensor, cfg: FilterConfig) -> torch.Tensor:
+    # Shortest best-first run whose summed score reaches p * total - eps.
+    threshold = cfg.value * float(s.sum()) - cfg.eps
+    if threshold <= 0:
+        # Nothing worth keeping (RAGEN: the running sum 0 already "reaches" the
+        # threshold with no group taken, which it returns as empty).
+        return _EMPTY
+    ranked = _ranked(s, cfg.order)
+    ranked = ranked[s[ranked] > 0]  # non-positive scores add no mass
+    running = torch.cumsum(s[ranked], dim=0)
+    first = int(torch.searchsorted(running, torch.tensor([threshold], dtype=running.dtype))[0])
+    if first == ranked.numel():  # threshold never reached
+        return _EMPTY
+    return ranked[: first + 1]
+
+
+def _top_p_softmax(s: torch.Tensor, cfg: FilterConfig) -> torch.Tensor:
+    # Nucleus selection over softmax(score): keep until the mass reaches p; the
+    # first group always enters, so this never comes back empty.
+    logits = s if cfg.order == "largest" else -s
+    ranked = _ranked(s, cfg.order)
+    mass = torch.cumsum(torch.softmax(logits, dim=0)[ranked], dim=0)
+    first = int(torch.searchsorted(mass, torch.tensor([cfg.value], dtype=mass.dtype))[0])
+    return ranked[: min(first + 1, s.numel())]
+
+
+def _pick(s: torch.Tensor, cfg: FilterConfig, num_groups: int) -> torch.Tensor:
+    """Positions in the candidate scores `s` that the strategy keeps."""
+    n = s.numel()
+    if n == 0:
+        return _EMPTY
+    strategy = cfg.strategy
+    if strategy == "none" or (strategy == "top_p" and cfg.value >= 1.0):
+        # p = 1 keeps every candidate: RAGEN's documented "no filter" setting.
+        return torch.arange(n)
+    if strategy == "top_p":
+        return _top_p_linear(s, cfg) if cfg.top_p_mode == "linear" else _top_p_softmax(s, cfg)
+    if strategy in ("top_k", "top_k_abs"):
+        if strategy == "top_k":
+            k = max(1, int(cfg.value * num_groups + _TOP_K_ROUNDING))
+        else:
+            k = int(cfg.value)
+        return _ranked(s, cfg.order)[: min(k, n)]
+    if strategy == "min_p":
+        if cfg.order == "largest":
+            keep = s >= cfg.value * s.max() - MIN_P_TOL
+        elif cfg.value == 0:
+            keep = torch.ones(n, dtype=torch.bool)
+        else:
+            # Mirror of `largest`: keep scores within a factor 1/value of the smallest.
+            keep = s <= s.min() / cfg.value + MIN_P_TOL
+        return keep.nonzero().flatten()
+    raise AssertionError(f"unhandled strategy {strategy!r}")  # FilterConfig validated it
+
+
+def _summary(prefix: str, values: torch.Tensor) -> dict[str, float]:
+    if values.numel() == 0:  # nothing kept: 0.0 keeps the log numeric; read snr/skipped
+        return {f"{prefix}_mean": 0.0, f"{prefix}_min": 0.0, f"{prefix}_max": 0.0}
+    return {
+        f"{prefix}_mean": float(values.mean()),
+        f"{prefix}_min": float(values.min()),
+        f"{prefix}_max": float(values.max()),
+    }
+
+
+def select_groups(rewards: Any, config: FilterConfig | None = None, scores: Any = None) -> Selection:
+    """Choose which groups of one batch to train on.
+
+    rewards  float tensor [num_groups, group_size]: row i holds the G rollout
+             rewards of prompt i. Any device; it is read, never modified.
+    config   a :class:`FilterConfig` (default: linear top-p 0.9 on the variance).
+    scores   with metric "given": one score per group (e.g. mean entropy or
+             length) to rank by instead of the reward spread.
+
+    Metrics (plain floats): snr/groups_total, snr/groups_kept, snr/kept_fraction,
+    snr/kept_reward_variance_share (kept / total in-group reward variance; 0.0 when
+    the total is 0), snr/skipped (1.0 or 0.0), snr/zero_spread_groups, and the
+    in-group reward std and variance before (snr/reward_std_mean|min|max,
+    snr/reward_variance_mean|min|max) and after filtering (snr/kept_reward_...;
+    0.0 when nothing is kept). Variance and std use config.ddof.
+    """
+    cfg = config if config is not None else FilterConfig()
+    if not isinstance(cfg, FilterConfig):
+        raise FilterInputError(f"config must be a FilterConfig (see snr.load_preset); got {type(cfg).__name__}")
+    matrix = _reward_matrix(rewards)
+    num_groups, group_size = matrix.shape
+    variance, std, zero_spread = group_spread(matrix, cfg.ddof)
+
+    if cfg.metric == "given":
+        if scores is None:
+            raise FilterInputError("metric 'given' ranks by caller scores: pass scores=<one value per group>")
+        group_scores = _given_scores(scores, num_groups)
+    else:
+        if scores is not None:
+            raise FilterInputError(
+                f"scores were passed but metric is {cfg.metric!r}, which is computed from the rewards; "
+                "use metric 'given' to rank by your own scores"
+            )
+        if group_size < 2 and cfg.strategy != "none":
+            raise FilterInputError(
+                f"group_size is {group_size}: a reward spread ({cfg.metric}) needs at least 2 rollouts "
+                "per group; roll out each prompt G >= 2 times, or use strategy 'none' or metric 'given'"
+            )
+        group_scores = variance if cfg.metric == "reward_variance" else std
+
+    candidates = torch.arange(num_groups)
+    if not cfg.include_zero:
+        candidates = candidates[~zero_spread]
+    kept, _ = torch.sort(candidates[_pick(group_scores[candidates], cfg, num_groups)])
+    skip = kept.numel() == 0
+
+    total_variance = float(variance.sum())
+    metrics: dict[str, float] = {
+        "snr/groups_total": float(num_groups),
+        "snr/groups_kept": float(kept.numel()),
+        "snr/kept_fraction": kept.numel() / num_groups,
+        "snr/kept_reward_variance_share": float(variance[kept].sum()) / total_variance if total_variance > 0 else 0.0,
+        "snr/skipped": 1.0 if skip else 0.0,
+        "snr/zero_spread_groups": float(zero_spread.sum()),
+    }
+    metrics.update(_summary("snr/reward_std", std))
+    metrics.update(_summary("snr/reward_variance", variance))
+    metrics.update(_summary("snr/kept_reward_std", std[kept]))
+    metrics.update(_summary("snr/kept_reward_variance", variance[kept]))
+    return Selection(kept=kept, skip=skip, scores=group_scores, metrics=metrics)

@@ -1,0 +1,197 @@
+"""When to stop training because the filter keeps finding no signal.
+
+:class:`StopPolicy` watches one number per step (and whether the step was
+skipped) and says when to stop, following RAGEN-2's trainer:
+
+* **Consecutive skips.** A skipped step is one where the filter kept no group.
+  After `max_consecutive_skips` skipped steps in a row (default 5), stop. Any
+  step that trains resets the count.
+* **Spread collapse.** The baseline is the mean in-group reward spread over the
+  first `collapse_baseline_steps` (10) steps that trained. After that, stop once
+  `collapse_patience` (10) consecutive trained steps have a spread below
+  `collapse_ratio` (0.1) x the baseline. Skipped steps are ignored by this rule
+  (neither counted nor resetting it), as in RAGEN: the skip rule covers them.
+
+Pass the pre-filter mean in-group reward std (``snr/reward_std_mean`` of a
+:class:`~snr.selection.Selection`, which :meth:`StopPolicy.observe` reads) —
+RAGEN's ``rollout/in_group_reward_std``.
+
+The policy is stateful; :meth:`state_dict` / :meth:`load_state_dict` carry it
+across checkpoints so a resumed run keeps its counts and baseline.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+SPREAD_METRIC = "snr/reward_std_mean"
+
+
+@dataclass(frozen=True)
+class StopConfig:
+    """Thresholds of :class:`StopPolicy`; 0 turns a rule off.
+
+    max_consecutive_skips    stop after this many skipped steps in a row (0: never).
+    collapse_baseline_steps  trained steps averaged into the spread baseline.
+    collapse_patience        trained steps in a row below the threshold before
+                             stopping (0: collapse detection off).
+    collapse_ratio           threshold = collapse_ratio x baseline, in (0, 1].
+    """
+
+    max_consecutive_skips: int = 5
+    collapse_baseline_steps: int = 10
+    collapse_patience: int = 10
+    collapse_ratio: float = 0.1
+
+    def __post_init__(self) -> None:
+        for name in ("max_consecutive_skips", "collapse_baseline_steps", "collapse_patience"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be a whole number >= 0; got {value!r}")
+        if self.collapse_patience > 0 and self.collapse_baseline_steps < 1:
+            raise ValueError("collapse_baseline_steps must be >= 1 when collapse detection is on (collapse_patience > 0)")
+        ratio = self.collapse_ratio
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0.0 < ratio <= 1.0:
+            raise ValueError(f"collapse_ratio must be in (0, 1]; got {ratio!r}")
+
+
+@dataclass(frozen=True)
+class StopDecision:
+    stop: bool
+    reason: str | None = None  # "consecutive_skips" | "spread_collapse"
+    message: str | None = None
+
+
+_STATE_KEYS = (
+    "steps",
+    "total_skips",
+    "consecutive_skips",
+    "baseline_spreads",
+    "baseline",
+    "steps_below",
+    "stop_reason",
+    "stop_message",
+)
+
+
+class StopPolicy:
+    """Counts skipped steps and watches the reward spread; says when to stop."""
+
+    def __init__(self, config: StopConfig | None = None) -> None:
+        self.config = config if config is not None else StopConfig()
+        self.steps = 0
+        self.total_skips = 0
+        self.consecutive_skips = 0
+        self.baseline_spreads: list[float] = []  # spreads of the first trained steps
+        self.baseline: float | None = None
+        self.steps_below = 0  # trained steps in a row below collapse_ratio x baseline
+        self.stop_reason: str | None = None
+        self.stop_message: str | None = None
+
+    @property
+    def stopped(self) -> bool:
+        return self.stop_reason is not None
+
+    def observe(self, selection: Any) -> StopDecision:
+        """Update from a :class:`~snr.selection.Selection` (its skip flag and spread)."""
+        return self.update(selection.skip, selection.metrics[SPREAD_METRIC])
+
+    def update(self, skipped: bool, spread: float | None = None) -> StopDecision:
+        """Record one training step; `spread` is needed on trained steps while
+        collapse detection is on (it is ignored on skipped steps)."""
+        if self.stopped:  # the decision stands; later calls do not change counts
+            return self.decision()
+        cfg = self.config
+        self.steps += 1
+        if skipped:
+            self.total_skips += 1
+            self.consecutive_skips += 1
+            n = self.consecutive_skips
+            if cfg.max_consecutive_skips and n >= cfg.max_consecutive_skips:
+                self._stop(
+                    "consecutive_skips",
+                    f"stopping: the filter kept no group for {n} consecutive steps (limit "
+                    f"{cfg.max_consecutive_skips}): no prompt's rollouts differ enough in reward to carry a "
+                    "task gradient. Raise the sampling temperature or group size, "
+                    "lower the filter's value, or set max_consecutive_skips=0 to keep going.",
+                )
+            return self.decision()
+
+        self.consecutive_skips = 0
+        if cfg.collapse_patience:
+            self._watch_spread(spread)
+        return self.decision()
+
+    def _watch_spread(self, spread: float | None) -> None:
+        cfg = self.config
+        if spread is None or isinstance(spread, bool) or not math.isfinite(float(spread)) or spread < 0:
+            raise ValueError(
+                f"spread must be a finite number >= 0 on a trained step (collapse detection is on); got {spread!r}"
+            )
+        spread = float(spread)
+        if self.baseline is None:
+            self.baseline_spreads.append(spread)
+            if len(self.baseline_spreads) == cfg.collapse_baseline_steps:
+                self.baseline = sum(self.baseline_spreads) / len(self.baseline_spreads)
+            return
+        threshold = cfg.collapse_ratio * self.baseline
+        self.steps_below = self.steps_below + 1 if spread < threshold else 0
+        if self.steps_below >= cfg.collapse_patience:
+            self._stop(
+                "spread_collapse",
+                f"stopping: the in-group reward spread has been below {cfg.collapse_ratio:g} x its baseline "
+                f"({threshold:.6g} = {cfg.collapse_ratio:g} x {self.baseline:.6g}, the mean of the first "
+                f"{cfg.collapse_baseline_steps} trained steps) for {self.steps_below} consecutive trained "
+                f"steps (latest {spread:.6g}): the policy's rollouts have stopped differing in reward.",
+            )
+
+    def _stop(self, reason: str, message: str) -> None:
+        self.stop_reason = reason
+        self.stop_message = message
+
+    def decision(self) -> StopDecision:
+        return StopDecision(self.stopped, self.stop_reason, self.stop_message)
+
+    def metrics(self) -> dict[str, float]:
+        """Plain floats for the step's log row (baseline is 0.0 until it is set)."""
+        return {
+            "snr/consecutive_skips": float(self.consecutive_skips),
+            "snr/total_skips": float(self.total_skips),
+            "snr/spread_baseline": float(self.baseline) if self.baseline is not None else 0.0,
+            "snr/steps_below_collapse_threshold": float(self.steps_below),
+            "snr/stopped": 1.0 if self.stopped else 0.0,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "steps": self.steps,
+            "total_skips": self.total_skips,
+            "consecutive_skips": self.consecutive_skips,
+            "baseline_spreads": list(self.baseline_spreads),
+            "baseline": self.baseline,
+            "steps_below": self.steps_below,
+            "stop_reason": self.stop_reason,
+            "stop_message": self.stop_message,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        missing = [k for k in _STATE_KEYS if k not in state]
+        unknown = sorted(set(state) - set(_STATE_KEYS))
+        if missing or unknown:
+            raise ValueError(f"not a StopPolicy state: missing keys {missing}, unknown keys {unknown}")
+        for key in ("steps", "total_skips", "consecutive_skips", "steps_below"):
+            value = state[key]
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"StopPolicy state {key} must be a whole number >= 0; got {value!r}")
+        if state["stop_reason"] not in (None, "consecutive_skips", "spread_collapse"):
+            raise ValueError(f"StopPolicy state stop_reason is unknown: {state['stop_reason']!r}")
+        self.steps = state["steps"]
+        self.total_skips = state["total_skips"]
+        self.consecutive_skips = state["consecutive_skips"]
+        self.baseline_spreads = [float(v) for v in state["baseline_spreads"]]
+        self.baseline = None if state["baseline"] is None else float(state["baseline"])
+        self.steps_below = state["steps_below"]
+        self.stop_reason = state["stop_reason"]
+        self.stop_message = state["stop_message"]
