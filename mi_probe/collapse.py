@@ -1,0 +1,277 @@
+"""Collapse alerts from logged training series, fed one step at a time.
+
+Three alarms, each firing once per excursion (it re-arms only after the series
+is back on the healthy side of its threshold):
+
+* ``template_collapse``: MI-ZScore-EMA stays below ``mi_fraction`` x its early
+  level (mean of the first ``baseline_points`` probes) for ``mi_consecutive``
+  probes in a row *while entropy has not fallen with it* (entropy still at or
+  above ``entropy_fall_fraction`` x its early level). Low MI with low entropy is
+  ordinary entropy collapse; low MI with entropy intact is reasoning that no
+  longer depends on the input. If no entropy was ever given, the entropy side
+  cannot be judged and the alert fires on MI alone (it says so).
+  No alert is possible when the early MI level is <= 0: there was no input
+  dependence to lose.
+* ``reward_std_cliff`` (RAGEN v1 early warning): reward std below
+  ``reward_std_fraction`` x its reference for ``reward_std_consecutive`` steps,
+  the reference being the running max of earlier values ("max") or the mean of
+  the first ``baseline_points`` values ("early"). Checked once the first
+  ``baseline_points`` values are in.
+* ``grad_norm_spike`` (RAGEN v1 early warning): gradient norm above
+  ``grad_norm_multiple`` x the median of the previous ``grad_norm_window``
+  values (once ``grad_norm_min_history`` are in). A non-finite norm is a spike
+  too (and does not enter the history).
+
+Series may arrive at different cadences (MI every N steps, the others every
+step); each ``update`` call passes whichever values that step has.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["Alert", "CollapseDetector", "CollapseDetectorConfig"]
+
+
+@dataclass(frozen=True)
+class Alert:
+    kind: str  # "template_collapse" | "reward_std_cliff" | "grad_norm_spike"
+    step: int
+    message: str
+    numbers: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CollapseDetectorConfig:
+    baseline_points: int = 3
+    mi_fraction: float = 0.5
+    mi_consecutive: int = 3
+    entropy_fall_fraction: float = 0.7
+    reward_std_fraction: float = 0.25
+    reward_std_reference: str = "max"
+    reward_std_consecutive: int = 1
+    grad_norm_multiple: float = 5.0
+    grad_norm_window: int = 50
+    grad_norm_min_history: int = 5
+
+    def __post_init__(self) -> None:
+        for name in ("baseline_points", "mi_consecutive", "reward_std_consecutive", "grad_norm_window",
+                     "grad_norm_min_history"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        for name in ("mi_fraction", "entropy_fall_fraction", "reward_std_fraction"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and 0.0 < value < 1.0):
+                raise ValueError(f"{name} must be a fraction in (0, 1), got {value!r}")
+        if not (isinstance(self.grad_norm_multiple, (int, float)) and self.grad_norm_multiple > 1.0
+                and math.isfinite(self.grad_norm_multiple)):
+            raise ValueError(f"grad_norm_multiple must be a finite number > 1, got {self.grad_norm_multiple!r}")
+        if self.reward_std_reference not in ("max", "early"):
+            raise ValueError(f"reward_std_reference must be 'max' or 'early', got {self.reward_std_reference!r}")
+        if self.grad_norm_min_history > self.grad_norm_window:
+            raise ValueError(
+                f"grad_norm_min_history ({self.grad_norm_min_history}) cannot exceed "
+                f"grad_norm_window ({self.grad_norm_window})"
+            )
+
+
+def _finite(name: str, value: Any, *, non_negative: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "__float__"):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"{name} must be finite, got {number}")
+    if non_negative and number < 0:
+        raise ValueError(f"{name} must be >= 0, got {number}")
+    return number
+
+
+class CollapseDetector:
+    """Stateful alarm over MI-ZScore-EMA, entropy, reward std and gradient norm."""
+
+    def __init__(self, config: CollapseDetectorConfig | None = None) -> None:
+        self.config = config if config is not None else CollapseDetectorConfig()
+        self.last_step: int | None = None
+        self.alerts: list[Alert] = []
+        # template collapse
+        self._mi_early: list[float] = []
+        self._mi_run = 0
+        self._mi_armed = True
+        self._entropy_early: list[float] = []
+        self._entropy_latest: float | None = None
+        # reward std cliff
+        self._rstd_early: list[float] = []
+        self._rstd_max: float | None = None
+        self._rstd_run = 0
+        self._rstd_armed = True
+        # grad norm spike
+        self._grad_window: deque[float] = deque(maxlen=self.config.grad_norm_window)
+        self._grad_armed = True
+
+    def update(
+        self,
+        step: int,
+        *,
+        mi_zscore_ema: float | None = None,
+        entropy: float | None = None,
+        reward_std: float | None = None,
+        grad_norm: float | None = None,
+    ) -> list[Alert]:
+        """Feed the values logged at ``step`` (any subset); return the alerts it raises."""
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ValueError(f"step must be an int >= 0, got {step!r}")
+        if self.last_step is not None and step < self.last_step:
+            raise ValueError(f"steps must not go backwards: got {step} after {self.last_step}")
+        self.last_step = step
+        raised: list[Alert] = []
+        # Entropy first, so a probe that logs both judges MI against this step's entropy.
+        if entropy is not None:
+            self._observe_entropy(_finite("entropy", entropy))
+        if mi_zscore_ema is not None:
+            raised += self._observe_mi(step, _finite("mi_zscore_ema", mi_zscore_ema))
+        if reward_std is not None:
+            raised += self._observe_reward_std(step, _finite("reward_std", reward_std, non_negative=True))
+        if grad_norm is not None:
+            raised += self._observe_grad_norm(step, grad_norm)
+        self.alerts.extend(raised)
+        return raised
+
+    # -- template collapse -------------------------------------------------
+    def _observe_entropy(self, value: float) -> None:
+        if len(self._entropy_early) < self.config.baseline_points:
+            self._entropy_early.append(value)
+        self._entropy_latest = value
+
+    def _observe_mi(self, step: int, value: float) -> list[Alert]:
+        cfg = self.config
+        if len(self._mi_early) < cfg.baseline_points:
+            self._mi_early.append(value)
+            return []  # the early level is still being measured
+        early = statistics.fmean(self._mi_early)
+        if early <= 0:
+            return []
+        threshold = cfg.mi_fraction * early
+        if value >= threshold:
+            self._mi_run, self._mi_armed = 0, True
+            return []
+        self._mi_run += 1
+        if self._mi_run < cfg.mi_consecutive or not self._mi_armed:
+            return []
+        numbers = {"mi_zscore_ema": value, "mi_early_level": early, "mi_threshold": threshold,
+                   "consecutive_probes": float(self._mi_run)}
+        if self._entropy_latest is None:
+            entropy_note = "entropy unknown (never logged)"
+        else:
+            entropy_early = statistics.fmean(self._entropy_early)
+            numbers.update(entropy=self._entropy_latest, entropy_early_level=entropy_early)
+            if self._entropy_latest < cfg.entropy_fall_fraction * entropy_early:
+                return []  # entropy fell with MI: entropy collapse, not template collapse; stay armed
+            entropy_note = (f"entropy {self._entropy_latest:.4g} still >= {cfg.entropy_fall_fraction:g} x "
+                            f"early {entropy_early:.4g}")
+        self._mi_armed = False
+        message = (f"template collapse: MI-ZScore-EMA {value:.4g} < {cfg.mi_fraction:g} x early level {early:.4g} "
+                   f"for {self._mi_run} probes; {entropy_note}")
+        return [Alert("template_collapse", step, message, numbers)]
+
+    # -- reward std cliff --------------------------------------------------
+    def _observe_reward_std(self, step: int, value: float) -> list[Alert]:
+        cfg = self.config
+        previous_max = self._rstd_max
+        self._rstd_max = value if previous_max is None else max(previous_max, value)
+        if len(self._rstd_early) < cfg.baseline_points:
+            self._rstd_early.append(value)
+            return []
+        reference = previous_max if cfg.reward_std_reference == "max" else statistics.fmean(self._rstd_early)
+        if reference is None or reference <= 0:
+            return []
+        threshold = cfg.reward_std_fraction * reference
+        if value >= threshold:
+            self._rstd_run, self._rstd_armed = 0, True
+            return []
+        self._rstd_run += 1
+        if self._rstd_run < cfg.reward_std_consecutive or not self._rstd_armed:
+            return []
+        self._rstd_armed = False
+        message = (f"reward-std cliff: {value:.4g} < {cfg.reward_std_fraction:g} x {cfg.reward_std_reference} "
+                   f"reference {reference:.4g} for {self._rstd_run} steps")
+        numbers = {"reward_std": value, "reference": reference, "threshold": threshold,
+                   "consecutive_steps": float(self._rstd_run)}
+        return [Alert("reward_std_cliff", step, message, numbers)]
+
+    # -- gradient norm spike -----------------------------------------------
+    def _observe_grad_norm(self, step: int, raw: Any) -> list[Alert]:
+        cfg = self.config
+        if isinstance(raw, bool) or not isinstance(raw, (int, float)) and not hasattr(raw, "__float__"):
+            raise TypeError(f"grad_norm must be a number, got {type(raw).__name__}")
+        value = float(raw)
+        if not math.isnan(value) and value < 0:
+            raise ValueError(f"grad_norm must be >= 0, got {value}")
+        if not math.isfinite(value):
+            # An overflowed/NaN gradient is the strongest spike there is; keep it out of the median.
+            if not self._grad_armed:
+                return []
+            self._grad_armed = False
+            return [Alert("grad_norm_spike", step, f"gradient norm is non-finite ({value})",
+                          {"grad_norm": value})]
+        alerts: list[Alert] = []
+        if len(self._grad_window) >= cfg.grad_norm_min_history:
+            median = statistics.median(self._grad_window)
+            threshold = cfg.grad_norm_multiple * median
+            if value > threshold:
+                if self._grad_armed:
+                    self._grad_armed = False
+                    message = (f"gradient-norm spike: {value:.4g} > {cfg.grad_norm_multiple:g} x running "
+                               f"median {median:.4g}")
+                    alerts.append(Alert("grad_norm_spike", step, message,
+                                        {"grad_norm": value, "running_median": median, "threshold": threshold}))
+            else:
+                self._grad_armed = True
+        else:
+            self._grad_armed = True
+        self._grad_window.append(value)
+        return alerts
+
+    # -- persistence -------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-serialisable state (the config is not included: thresholds may change on resume)."""
+        return {
+            "last_step": self.last_step,
+            "alerts": [asdict(alert) for alert in self.alerts],
+            "mi": {"early": list(self._mi_early), "run": self._mi_run, "armed": self._mi_armed},
+            "entropy": {"early": list(self._entropy_early), "latest": self._entropy_latest},
+            "reward_std": {"early": list(self._rstd_early), "max": self._rstd_max, "run": self._rstd_run,
+                           "armed": self._rstd_armed},
+            "grad_norm": {"window": list(self._grad_window), "armed": self._grad_armed},
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        try:
+            last_step = None if state["last_step"] is None else int(state["last_step"])
+            alerts = [Alert(str(a["kind"]), int(a["step"]), str(a["message"]),
+                            {str(k): float(v) for k, v in dict(a["numbers"]).items()})
+                      for a in state["alerts"]]
+            mi, ent, rstd, grad = state["mi"], state["entropy"], state["reward_std"], state["grad_norm"]
+            mi_early = [float(v) for v in mi["early"]]
+            mi_run, mi_armed = int(mi["run"]), bool(mi["armed"])
+            ent_early = [float(v) for v in ent["early"]]
+            ent_latest = None if ent["latest"] is None else float(ent["latest"])
+            rstd_early = [float(v) for v in rstd["early"]]
+            rstd_max = None if rstd["max"] is None else float(rstd["max"])
+            rstd_run, rstd_armed = int(rstd["run"]), bool(rstd["armed"])
+            grad_window = [float(v) for v in grad["window"]]
+            grad_armed = bool(grad["armed"])
+        except (KeyError, TypeError, ValueError) as err:
+            raise ValueError(f"not a CollapseDetector state dict: {err!r}") from None
+        self.last_step, self.alerts = last_step, alerts
+        self._mi_early, self._mi_run, self._mi_armed = mi_early, mi_run, mi_armed
+        self._entropy_early, self._entropy_latest = ent_early, ent_latest
+        self._rstd_early, self._rstd_max = rstd_early, rstd_max
+        self._rstd_run, self._rstd_armed = rstd_run, rstd_armed
+        self._grad_window = deque(grad_window, maxlen=self.config.grad_norm_window)
+        self._grad_armed = grad_armed

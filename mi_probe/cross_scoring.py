@@ -1,0 +1,317 @@
+"""Cross-scoring: log-probability of every reasoning under every prompt.
+
+For N prompts x_j (token ids up to and including the opening ``<think>``) and
+reasoning segments z_i (with the index of the prompt that produced each), the
+policy is teacher-forced on every pair [x_j | z_i]:
+
+* ``L_sum[i, j]`` = sum over z_i's tokens of log p(token | x_j, earlier z_i tokens)
+* ``L[i, j]``     = ``L_sum[i, j]`` / len(z_i)  (the token mean; length-fair)
+
+``cross_score`` runs each distinct prompt once, keeps its KV cache, and scores
+the reasoning rows under it in micro-batches on a copy of that cache expanded
+along the batch (right-padded, masked). Rows are sorted by length first so a
+micro-batch pads little. Columns with identical prompt tokens are computed once.
+``cross_score_naive`` does one full forward per pair and is the reference.
+
+The model is any HF-style causal LM: ``model(input_ids=..., attention_mask=...,
+past_key_values=..., use_cache=...)`` returning an object with ``.logits`` (the
+cache argument is passed as ``cache`` when the forward names it so, as
+transformers 5 does). It
+is put in eval mode under ``torch.no_grad`` while scoring and every module's
+mode is restored afterwards.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from .estimators import prompt_identities
+
+__all__ = ["CrossScores", "cross_score", "cross_score_naive", "sample_trajectory_turns"]
+
+
+@dataclass(frozen=True)
+class CrossScores:
+    """Result of cross-scoring. Rows are the non-empty reasonings, in input order."""
+
+    L: torch.Tensor  # [rows, N] float32 mean token log-prob
+    L_sum: torch.Tensor  # [rows, N] float32 summed log-prob
+    owner: torch.Tensor  # [rows] long: column of each row's own prompt
+    row_index: torch.Tensor  # [rows] long: position of each row in the input reasoning list
+    token_counts: torch.Tensor  # [rows] long: reasoning length in tokens
+    column_ids: list[int]  # [N] prompt identity: equal ids = identical prompt tokens
+    num_empty_dropped: int  # reasonings with no tokens (cannot be scored)
+
+
+def _token_list(value: Any, what: str) -> list[int]:
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu().reshape(-1).tolist()
+    elif isinstance(value, np.ndarray):
+        value = value.reshape(-1).tolist()
+    elif isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise TypeError(f"{what} must be a sequence of token ids, got {type(value).__name__}")
+    ids = list(value)
+    for tok in ids:
+        if isinstance(tok, bool) or not isinstance(tok, (int, np.integer)) or tok < 0:
+            raise ValueError(f"{what} holds {tok!r}; token ids must be ints >= 0")
+    return [int(t) for t in ids]
+
+
+@dataclass(frozen=True)
+class _Pairs:
+    prompts: list[list[int]]
+    reasonings: list[list[int]]  # non-empty only
+    owners: list[int]
+    row_index: list[int]
+    num_empty_dropped: int
+
+
+def _prepare(prompts: Sequence[Any], reasonings: Sequence[Any], owners: Sequence[Any], model: Any) -> _Pairs:
+    prompt_lists = [_token_list(p, f"prompts[{j}]") for j, p in enumerate(prompts)]
+    if not prompt_lists:
+        raise ValueError("need at least one prompt")
+    for j, p in enumerate(prompt_lists):
+        if not p:
+            raise ValueError(f"prompts[{j}] is empty; a prompt needs at least one token to condition on")
+    if len(reasonings) != len(owners):
+        raise ValueError(f"got {len(reasonings)} reasonings but {len(owners)} owners")
+    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+    kept, kept_owner, kept_index = [], [], []
+    for i, (z, o) in enumerate(zip(reasonings, owners)):
+        if isinstance(o, bool) or not isinstance(o, (int, np.integer)) or not 0 <= o < len(prompt_lists):
+            raise ValueError(f"owners[{i}] = {o!r} is not a column index in [0, {len(prompt_lists)})")
+        ids = _token_list(z, f"reasonings[{i}]")
+        if ids:  # empty reasoning has no token to score: dropped and counted
+            kept.append(ids)
+            kept_owner.append(int(o))
+            kept_index.append(i)
+    if isinstance(vocab, int):
+        for what, lists in (("prompt", prompt_lists), ("reasoning", kept)):
+            for pos, ids in enumerate(lists):
+                if max(ids, default=0) >= vocab:
+                    raise ValueError(f"{what} {pos} has token id {max(ids)} >= vocab_size {vocab}")
+    return _Pairs(prompt_lists, kept, kept_owner, kept_index, len(reasonings) - len(kept))
+
+
+def _model_device(model: Any) -> torch.device:
+    try:
+        return next(model.parameters()).device
+    except (AttributeError, StopIteration):
+        return torch.device("cpu")
+
+
+@contextmanager
+def _scoring_mode(model: Any) -> Iterator[None]:
+    """Eval mode + no_grad; restores each module's own train/eval flag afterwards."""
+    modes = [(m, m.training) for m in model.modules()] if hasattr(model, "modules") else []
+    if hasattr(model, "eval"):
+        model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        for module, was_training in modes:
+            module.training = was_training
+
+
+def _cache_kwarg(model: Any) -> str:
+    """Name of the forward argument that takes a KV cache.
+
+    HF transformers renamed ``past_key_values`` to ``cache`` (5.x, old name deprecated);
+    older versions and OpenRLHF-style wrappers only know ``past_key_values``.
+    """
+    try:
+        params = inspect.signature(model.forward if hasattr(model, "forward") else model).parameters
+    except (TypeError, ValueError):
+        return "past_key_values"
+    if "past_key_values" not in params and "cache" in params:
+        return "cache"
+    return "past_key_values"
+
+
+def _returned_cache(out: Any) -> Any:
+    cache = getattr(out, "cache", None)
+    if cache is None:
+        cache = getattr(out, "past_key_values", None)
+    if cache is None:
+        raise ValueError("the model returned no KV cache with use_cache=True; use cross_score_naive for it")
+    return cache
+
+
+def _expand_cache(cache: Any, batch: int) -> Any:
+    """A fresh batch-``batch`` copy of a batch-1 prompt cache (the forward appends to it)."""
+    if hasattr(cache, "batch_repeat_interleave"):
+        fresh = copy.deepcopy(cache)
+        fresh.batch_repeat_interleave(batch)
+        return fresh
+    if isinstance(cache, (tuple, list)):  # legacy ((key, value), ...) per layer
+        return tuple(tuple(t.expand(batch, *t.shape[1:]) for t in layer) for layer in cache)
+    raise TypeError(f"cannot expand a past_key_values of type {type(cache).__name__} along the batch")
+
+
+def _check_vocab(ids: torch.Tensor, vocab: int) -> None:
+    if ids.numel() and int(ids.max()) >= vocab:
+        raise ValueError(f"token id {int(ids.max())} is outside the model's {vocab} logits")
+
+
+def _result(pairs: _Pairs, L_sum: torch.Tensor, lengths: torch.Tensor) -> CrossScores:
+    return CrossScores(
+        L=L_sum / lengths.to(L_sum.dtype).unsqueeze(1),
+        L_sum=L_sum,
+        owner=torch.tensor(pairs.owners, dtype=torch.long),
+        row_index=torch.tensor(pairs.row_index, dtype=torch.long),
+        token_counts=lengths,
+        column_ids=prompt_identities(pairs.prompts),
+        num_empty_dropped=pairs.num_empty_dropped,
+    )
+
+
+def cross_score(
+    model: Any,
+    prompts: Sequence[Any],
+    reasonings: Sequence[Any],
+    owners: Sequence[int],
+    *,
+    micro_batch_size: int = 16,
+    pad_token_id: int = 0,
+) -> CrossScores:
+    """Score every reasoning under every prompt, reusing each prompt's KV cache."""
+    if isinstance(micro_batch_size, bool) or not isinstance(micro_batch_size, int) or micro_batch_size < 1:
+        raise ValueError(f"micro_batch_size must be an int >= 1, got {micro_batch_size!r}")
+    vocab_size = getattr(getattr(model, "config", None), "vocab_size", None)
+    if isinstance(pad_token_id, bool) or not isinstance(pad_token_id, int) or pad_token_id < 0 or (
+            isinstance(vocab_size, int) and pad_token_id >= vocab_size):
+        raise ValueError(f"pad_token_id must be a token id in [0, vocab_size), got {pad_token_id!r}")
+    pairs = _prepare(prompts, reasonings, owners, model)
+    rows, cols = len(pairs.reasonings), len(pairs.prompts)
+    lengths = torch.tensor([len(z) for z in pairs.reasonings], dtype=torch.long)
+    L_sum = torch.zeros(rows, cols, dtype=torch.float32)
+    if rows == 0:
+        return _result(pairs, L_sum, lengths)
+    device = _model_device(model)
+    # Longest first, so each micro-batch holds similar lengths and pads little.
+    order = sorted(range(rows), key=lambda i: -len(pairs.reasonings[i]))
+    batches = [order[s:s + micro_batch_size] for s in range(0, rows, micro_batch_size)]
+    identity = prompt_identities(pairs.prompts)
+    columns_of: dict[int, list[int]] = {}
+    for col, ident in enumerate(identity):
+        columns_of.setdefault(ident, []).append(col)
+
+    cache_kwarg = _cache_kwarg(model)
+    with _scoring_mode(model):
+        for cols_same in columns_of.values():
+            prompt = torch.tensor(pairs.prompts[cols_same[0]], dtype=torch.long, device=device).unsqueeze(0)
+            out = model(input_ids=prompt, attention_mask=torch.ones_like(prompt), use_cache=True)
+            # The prompt's last logits predict the first reasoning token of every row.
+            first_logp = torch.log_softmax(out.logits[0, -1].float(), dim=-1)
+            vocab = first_logp.shape[-1]
+            prompt_cache = _returned_cache(out)
+            for batch_rows in batches:
+                sums = _score_micro_batch(model, cache_kwarg, prompt_cache, first_logp, prompt.shape[1],
+                                          [pairs.reasonings[i] for i in batch_rows], pad_token_id, vocab, device)
+                index = torch.tensor(batch_rows, dtype=torch.long)
+                for col in cols_same:
+                    L_sum[index, col] = sums.cpu()
+    return _result(pairs, L_sum, lengths)
+
+
+def _score_micro_batch(
+    model: Any,
+    cache_kwarg: str,
+    prompt_cache: Any,
+    first_logp: torch.Tensor,
+    prompt_len: int,
+    rows: list[list[int]],
+    pad_token_id: int,
+    vocab: int,
+    device: torch.device,
+) -> torch.Tensor:
+    """Summed log-prob of each row after the cached prompt: [len(rows)] float32."""
+    batch, longest = len(rows), max(len(z) for z in rows)
+    targets = torch.full((batch, longest), pad_token_id, dtype=torch.long, device=device)
+    mask = torch.zeros(batch, longest, dtype=torch.bool, device=device)
+    for b, z in enumerate(rows):
+        targets[b, : len(z)] = torch.tensor(z, dtype=torch.long, device=device)
+        mask[b, : len(z)] = True
+    _check_vocab(targets[mask], vocab)
+    token_logp = first_logp[targets[:, :1]]  # [batch, 1]
+    if longest > 1:
+        # Feed all but the last token: position t's logits predict token t + 1.
+        feed = targets[:, :-1]
+        attention = torch.cat([torch.ones(batch, prompt_len, dtype=torch.long, device=device),
+                               mask[:, :-1].long()], dim=1)
+        cache = {cache_kwarg: _expand_cache(prompt_cache, batch)}
+        logits = model(input_ids=feed, attention_mask=attention, use_cache=True, **cache).logits
+        rest = torch.log_softmax(logits.float(), dim=-1).gather(-1, targets[:, 1:].unsqueeze(-1)).squeeze(-1)
+        token_logp = torch.cat([token_logp, rest], dim=1)
+    # where(), not multiply: a pad position's log-prob could be -inf and -inf * 0 is nan.
+    return torch.where(mask, token_logp, torch.zeros_like(token_logp)).sum(dim=1)
+
+
+def cross_score_naive(model: Any, prompts: Sequence[Any], reasonings: Sequence[Any],
+                      owners: Sequence[int]) -> CrossScores:
+    """Reference: one full forward per (reasoning, prompt) pair, no cache, no batching."""
+    pairs = _prepare(prompts, reasonings, owners, model)
+    rows, cols = len(pairs.reasonings), len(pairs.prompts)
+    lengths = torch.tensor([len(z) for z in pairs.reasonings], dtype=torch.long)
+    L_sum = torch.zeros(rows, cols, dtype=torch.float32)
+    device = _model_device(model)
+    with _scoring_mode(model):
+        for i, z in enumerate(pairs.reasonings):
+            for j, x in enumerate(pairs.prompts):
+                ids = torch.tensor(x + z, dtype=torch.long, device=device).unsqueeze(0)
+                logits = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False).logits[0]
+                target = ids[0, len(x):]
+                _check_vocab(target, logits.shape[-1])
+                # logits at position p predict token p + 1, so z's tokens are predicted from len(x) - 1 on.
+                logp = torch.log_softmax(logits[len(x) - 1 : len(x) + len(z) - 1].float(), dim=-1)
+                L_sum[i, j] = logp.gather(-1, target.unsqueeze(-1)).sum().cpu()
+    return _result(pairs, L_sum, lengths)
+
+
+def sample_trajectory_turns(
+    turn_counts: Sequence[int],
+    num_samples: int | None = 64,
+    *,
+    rng: np.random.Generator | torch.Generator,
+    replace: bool = True,
+) -> list[tuple[int, int]]:
+    """Draw (trajectory m, turn t) pairs, each with probability 1/M * 1/T_m.
+
+    Every trajectory weighs the same whatever its length. M counts trajectories
+    with at least one scoreable turn (T_m >= 1); the others cannot be drawn.
+    ``min(num_samples, sum T_m)`` pairs are drawn (all of them if num_samples is
+    None). With ``replace`` (the default, as RAGEN) the draws are i.i.d. from
+    exactly that distribution, so a pair may repeat; without it, successive
+    draws without replacement (each with the remaining pairs' renormalised
+    weights), which avoids repeats but only approximates the distribution.
+    """
+    counts = []
+    for m, t in enumerate(turn_counts):
+        if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 0:
+            raise ValueError(f"turn_counts[{m}] = {t!r}; turn counts must be ints >= 0")
+        counts.append(int(t))
+    if num_samples is not None and (isinstance(num_samples, bool) or not isinstance(num_samples, int)
+                                    or num_samples < 1):
+        raise ValueError(f"num_samples must be an int >= 1 or None, got {num_samples!r}")
+    pairs = [(m, t) for m, count in enumerate(counts) for t in range(count)]
+    if not pairs:
+        return []
+    live = sum(1 for c in counts if c > 0)
+    weights = np.array([1.0 / (live * counts[m]) for m, _ in pairs], dtype=np.float64)
+    draws = len(pairs) if num_samples is None else min(num_samples, len(pairs))
+    if isinstance(rng, np.random.Generator):
+        picked = rng.choice(len(pairs), size=draws, replace=replace, p=weights / weights.sum()).tolist()
+    elif isinstance(rng, torch.Generator):
+        picked = torch.multinomial(torch.from_numpy(weights), draws, replacement=replace, generator=rng).tolist()
+    else:
+        raise TypeError(f"rng must be a numpy Generator or a torch Generator, got {type(rng).__name__}")
+    return [pairs[k] for k in picked]

@@ -1,0 +1,188 @@
+"""Cross-scoring with a reused prompt KV cache equals one-pair-at-a-time full forwards."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from mi_probe import cross_score, cross_score_naive, mi_metrics_both, sample_trajectory_turns  # noqa: E402
+
+VOCAB = 64
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2)
+    return transformers.LlamaForCausalLM(config).eval().float()
+
+
+def _tokens(generator, lengths):
+    return [torch.randint(0, VOCAB, (n,), generator=generator).tolist() for n in lengths]
+
+
+@pytest.fixture(scope="module")
+def batch():
+    g = torch.Generator().manual_seed(7)
+    prompts = _tokens(g, (1, 3, 6, 9))
+    prompts.append(list(prompts[2]))  # column 4 repeats column 2's prompt
+    reasonings = _tokens(g, (4, 1, 13, 0, 2, 8, 5, 1, 0))
+    owners = [0, 1, 2, 3, 4, 0, 2, 4, 1]
+    return prompts, reasonings, owners
+
+
+@pytest.fixture(scope="module")
+def naive(model, batch):
+    return cross_score_naive(model, *batch)
+
+
+@pytest.mark.parametrize("micro_batch_size", [1, 4, 16])  # 4: an uneven last micro-batch
+def test_cached_cross_score_equals_naive_loop(model, batch, naive, micro_batch_size):
+    fast = cross_score(model, *batch, micro_batch_size=micro_batch_size)
+    assert fast.L.shape == naive.L.shape == (7, 5)
+    torch.testing.assert_close(fast.L, naive.L, atol=1e-5, rtol=0)
+    # L_sum = L x length; the same per-token tolerance, scaled by length.
+    per_token = (fast.L_sum - naive.L_sum).abs() / fast.token_counts.unsqueeze(1)
+    assert per_token.max().item() < 1e-5
+    assert torch.equal(fast.owner, naive.owner) and torch.equal(fast.row_index, naive.row_index)
+
+
+def test_bookkeeping_of_rows_and_columns(batch, naive):
+    # The two empty reasonings (inputs 3 and 8) are dropped and counted; the rest keep input order.
+    assert naive.num_empty_dropped == 2
+    assert naive.row_index.tolist() == [0, 1, 2, 4, 5, 6, 7]
+    assert naive.owner.tolist() == [0, 1, 2, 4, 0, 2, 4]
+    assert naive.token_counts.tolist() == [4, 1, 13, 2, 8, 5, 1]
+    assert naive.column_ids == [0, 1, 2, 3, 2]
+    torch.testing.assert_close(naive.L, naive.L_sum / naive.token_counts.unsqueeze(1).float())
+    assert (naive.L < 0).all()  # log-probs of a random model
+    # Identical prompt tokens give identical columns.
+    assert torch.equal(naive.L[:, 2], naive.L[:, 4])
+
+
+def test_single_token_reasoning_is_its_first_token_log_prob(model, batch, naive):
+    prompts, reasonings, _ = batch
+    # Row 1 is reasoning [t]: its score under prompt j is log softmax(last prompt logits)[t].
+    token = reasonings[1][0]
+    for j, prompt in enumerate(prompts):
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([prompt])).logits[0, -1]
+        expected = torch.log_softmax(logits, dim=-1)[token]
+        assert naive.L[1, j].item() == pytest.approx(expected.item(), abs=1e-6)
+
+
+def test_scores_feed_the_estimators(naive):
+    scores = naive
+    m = mi_metrics_both(scores.L, scores.L_sum, scores.owner, column_ids=scores.column_ids)
+    assert m["num_rows"] == 7 and m["num_prompts"] == 5 and m["num_distinct_prompts"] == 4
+    assert m["mi_estimate"] <= m["mi_upper_bound"]
+
+
+def test_mode_is_restored_and_no_grad_is_kept(model, batch):
+    prompts, reasonings, owners = batch
+    model.train()
+    model.model.layers[0].eval()  # a mixed state must come back as it was
+    try:
+        scores = cross_score(model, prompts[:2], reasonings[:2], [0, 1])
+        assert model.training and not model.model.layers[0].training and model.model.layers[1].training
+        assert not scores.L.requires_grad
+    finally:
+        model.eval()
+
+
+class _PastKeyValuesWrapper(torch.nn.Module):
+    """A forward that names its cache ``past_key_values`` (transformers 4.x / trainer wrappers)."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, input_ids, attention_mask=None, past_key_values=None, use_cache=None):
+        return self.inner(input_ids=input_ids, attention_mask=attention_mask, cache=past_key_values,
+                          use_cache=use_cache)
+
+
+def test_past_key_values_forward_signature_is_supported(model, batch, naive):
+    prompts, reasonings, owners = batch
+    wrapped = _PastKeyValuesWrapper(model).eval()
+    scores = cross_score(wrapped, prompts, reasonings[:3], owners[:3], micro_batch_size=2)
+    torch.testing.assert_close(scores.L, naive.L[:3], atol=1e-5, rtol=0)
+
+
+def test_all_empty_reasoning_gives_no_rows(model):
+    scores = cross_score(model, [[1, 2], [3]], [[], []], [0, 1])
+    assert scores.L.shape == (0, 2) and scores.num_empty_dropped == 2
+
+
+@pytest.mark.parametrize(
+    ("prompts", "reasonings", "owners", "kwargs", "match"),
+    [
+        ([[1], []], [[2]], [0], {}, r"prompts\[1\] is empty"),
+        ([[1], [2]], [[2]], [2], {}, r"owners\[0\] = 2 is not a column index"),
+        ([[1], [2]], [[2], [3]], [0], {}, "2 reasonings but 1 owners"),
+        ([[1], [2]], [[VOCAB]], [0], {}, "vocab_size 64"),
+        ([[1], [-2]], [[3]], [0], {}, "token ids must be ints >= 0"),
+        ([[1], [2]], [[1.5]], [0], {}, "token ids must be ints >= 0"),
+        ([[1], [2]], [[3]], [0], {"micro_batch_size": 0}, "micro_batch_size"),
+        ([[1], [2]], [[3]], [0], {"pad_token_id": VOCAB}, "pad_token_id"),
+        ([], [[3]], [0], {}, "at least one prompt"),
+    ],
+)
+def test_bad_input_is_a_specific_error(model, prompts, reasonings, owners, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        cross_score(model, prompts, reasonings, owners, **kwargs)
+
+
+def test_text_instead_of_token_ids_is_a_type_error(model):
+    with pytest.raises(TypeError, match="sequence of token ids"):
+        cross_score(model, ["hello <think>"], [[1]], [0])
+
+
+# ---------------------------------------------------------------- trajectory sampler
+TURNS = [1, 4, 0, 2]  # 3 trajectories with turns: P(0,0)=1/3, P(1,t)=1/12, P(3,t)=1/6
+
+
+def test_sampler_draws_trajectory_uniform_pairs():
+    expected = {(0, 0): 1 / 3, **{(1, t): 1 / 12 for t in range(4)}, (3, 0): 1 / 6, (3, 1): 1 / 6}
+    for rng in (np.random.default_rng(0), torch.Generator().manual_seed(0)):
+        draws = []
+        for _ in range(2000):
+            draws += sample_trajectory_turns(TURNS, num_samples=64, rng=rng)
+        assert len(draws) == 2000 * 7  # min(64, 7 pairs) per call
+        for pair, p in expected.items():
+            assert draws.count(pair) / len(draws) == pytest.approx(p, abs=0.01)
+        assert set(draws) == set(expected)  # trajectory 2 has no turn to draw
+
+
+def test_sampler_is_deterministic_and_sizes_follow_num_samples():
+    turns = [3] * 40  # 120 pairs
+    a = sample_trajectory_turns(turns, rng=np.random.default_rng(5))
+    b = sample_trajectory_turns(turns, rng=np.random.default_rng(5))
+    assert a == b and len(a) == 64
+    t1 = sample_trajectory_turns(turns, 10, rng=torch.Generator().manual_seed(3))
+    t2 = sample_trajectory_turns(turns, 10, rng=torch.Generator().manual_seed(3))
+    assert t1 == t2 and len(t1) == 10
+    assert len(sample_trajectory_turns(turns, None, rng=np.random.default_rng(0))) == 120
+    no_repeat = sample_trajectory_turns(TURNS, 7, rng=np.random.default_rng(1), replace=False)
+    assert sorted(no_repeat) == [(0, 0), (1, 0), (1, 1), (1, 2), (1, 3), (3, 0), (3, 1)]
+    assert sample_trajectory_turns([0, 0], rng=np.random.default_rng(0)) == []
+
+
+def test_sampler_rejects_bad_input():
+    with pytest.raises(ValueError, match="turn counts must be ints >= 0"):
+        sample_trajectory_turns([2, -1], rng=np.random.default_rng(0))
+    with pytest.raises(ValueError, match="num_samples"):
+        sample_trajectory_turns([2], 0, rng=np.random.default_rng(0))
+    with pytest.raises(TypeError, match="numpy Generator or a torch Generator"):
+        sample_trajectory_turns([2], rng=np.random.RandomState(0))
+
+
+def test_pad_token_choice_does_not_change_scores(model, batch, naive):
+    prompts, reasonings, owners = batch
+    # Rows of lengths 4, 1, 13 (and an empty one) in one micro-batch: two rows are padded.
+    scores = cross_score(model, prompts, reasonings[:4], owners[:4], micro_batch_size=4, pad_token_id=VOCAB - 1)
+    torch.testing.assert_close(scores.L, naive.L[:3], atol=1e-5, rtol=0)
