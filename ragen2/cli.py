@@ -21,7 +21,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    # KEY=VALUE overrides may come after options (`show sokoban --seed 1 dim_x=8`), where
+    # argparse no longer fills a positional list: collect them here.
+    args, extra = parser.parse_known_args(argv)
+    stray = [item for item in extra if "=" not in item or item.startswith("-")]
+    if stray or (extra and not hasattr(args, "overrides")):
+        parser.error(f"unrecognized arguments: {' '.join(stray or extra)}")
+    if extra:
+        args.overrides = [*args.overrides, *extra]
     try:
         return int(args.run(args) or 0)
     except KeyboardInterrupt:

@@ -47,7 +47,7 @@ def run_list(args) -> int:
     from rich.table import Table
 
     table = Table(title="ragen2 environments", show_lines=False)
-    table.add_column("name", style="bold")
+    table.add_column("name", style="bold", no_wrap=True)
     table.add_column("description")
     table.add_column("key defaults")
     for entry in envs.specs():
