@@ -22,13 +22,17 @@ NO_VALID_ACTION_WARNING = (
 )
 
 
+def _actions(count: int) -> str:
+    return f"{count} action" + ("" if count == 1 else "s")
+
+
 def system_message(env: TextEnv) -> dict:
     content = SYSTEM_PREFIX + env.instruction.strip()
     vocabulary = env.action_vocabulary
     if vocabulary is not None:
         content += "\nYour available actions are:\n" + ", ".join(vocabulary)
         content += (
-            f"\nYou can make up to {env.config.max_actions_per_turn} actions per turn, "
+            f"\nYou can make up to {_actions(env.config.max_actions_per_turn)} per turn, "
             f'separated by the action separator " {ACTION_SEPARATOR} "'
         )
     return {"role": "system", "content": content}
@@ -41,7 +45,7 @@ def turn_message(env: TextEnv, turn: int, observation: str, *, max_response_word
     warning = NO_VALID_ACTION_WARNING if previous_turn_invalid else ""
     content = (
         f"\nTurn {turn}:\nState:\n{observation}\n{warning}"
-        f"You have {env.actions_left} actions left. Always output: {answer_format} "
+        f"You have {_actions(env.actions_left)} left. Always output: {answer_format} "
         f"with no extra text. Strictly follow this format."
     )
     if max_response_words is not None:
