@@ -1,0 +1,162 @@
+"""Batched KV-cache generation vs one prompt at a time; prints JSON.
+
+    python benchmarks/generation.py [--new-tokens 128] [--batch 16] [--repeats 1] [--random-init]
+
+Model: the bundled SmolLM2-135M-Instruct (ragen2.models.load_policy("bundled")) when it loads,
+else a random-init model of the same architecture (`--random-init` forces that). Prompts are
+RAGEN first-turn Sokoban prompts (distinct rooms) through the chat template, or random ids of
+the same lengths without a tokenizer.
+
+1. Equal work: no stop strings, no EOS, `--new-tokens` each, batched vs one at a time. Each
+   mode is also run with 1 new token, so the prefill cost can be split from the decode cost.
+2. Group prefill: P=2 prompts x G=8 copies (a rollout's first turn) vs 16 distinct prompts,
+   1 new token: identical prompts are prefilled once.
+3. Early stops (greedy, the real stops: </answer> and EOS): finished rows dropped from the
+   batch (default) vs kept in it padded; both produce the same tokens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ragen2.rollout.generation import generate, generate_one_at_a_time  # noqa: E402
+
+
+def smollm2_architecture():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                         num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192,
+                         rope_theta=100000.0, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    return LlamaForCausalLM(config).eval()
+
+
+def load_model(random_init: bool):
+    if not random_init:
+        try:
+            from ragen2.models import load_policy, load_tokenizer
+
+            started = time.perf_counter()
+            model, tokenizer = load_policy("bundled").eval(), load_tokenizer("bundled")
+            return model, tokenizer, "SmolLM2-135M-Instruct (bundled)", time.perf_counter() - started
+        except Exception as error:  # noqa: BLE001 - any failure means: fall back, and say why
+            print(f"bundled model unavailable ({type(error).__name__}: {error}); using random init", file=sys.stderr)
+    started = time.perf_counter()
+    return smollm2_architecture(), None, "random-init SmolLM2-135M architecture", time.perf_counter() - started
+
+
+def build_prompts(tokenizer, batch: int) -> list[list[int]]:
+    import envs
+    from envs.prompt import first_turn_messages
+
+    prompts = []
+    for i in range(batch):
+        env = envs.make("sokoban")  # distinct seeds, distinct rooms: no prompt is shared
+        observation, _ = env.reset(seed=i)
+        messages = first_turn_messages(env, observation, max_response_words=100)
+        if tokenizer is not None:
+            text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            prompts.append(tokenizer(text, add_special_tokens=False)["input_ids"])
+        else:  # ~4 characters per token, as for English BPE
+            length = sum(len(m["content"]) for m in messages) // 4
+            prompts.append(torch.randint(100, 49152, (length,), generator=torch.Generator().manual_seed(i)).tolist())
+    if len({tuple(p) for p in prompts}) != len(prompts):
+        raise RuntimeError("benchmark prompts must be distinct: generate prefills a shared prompt once")
+    return prompts
+
+
+def timed(fn, *args, **kwargs):
+    started = time.perf_counter()
+    out = fn(*args, **kwargs)
+    return out, time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--stop-tokens", type=int, default=96, help="token cap for the early-stop comparison")
+    parser.add_argument("--repeats", type=int, default=1, help="runs per measurement; the fastest counts")
+    parser.add_argument("--random-init", action="store_true")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    model, tokenizer, model_name, load_s = load_model(args.random_init)
+    prompts = build_prompts(tokenizer, args.batch)
+    pad = tokenizer.pad_token_id if tokenizer is not None else 0
+    equal = dict(temperature=1.0, top_p=1.0, stop_strings=(), eos_token_ids=(), pad_token_id=pad, tokenizer=tokenizer)
+    generate(model, prompts[:2], max_new_tokens=2, **equal)  # warm-up (lazy init, allocator)
+
+    def run(fn, new_tokens, repeats):
+        """The fastest of `repeats` runs: the least disturbed by other work on the machine."""
+        best = float("inf")
+        for _ in range(repeats):
+            results, seconds = timed(fn, model, prompts, max_new_tokens=new_tokens,
+                                     generator=torch.Generator().manual_seed(0), **equal)
+            assert all(len(r.token_ids) == new_tokens for r in results)
+            best = min(best, seconds)
+        return best
+
+    n, b, r = args.new_tokens, args.batch, args.repeats
+    batched_s, batched_1_s = run(generate, n, r), run(generate, 1, r + 1)
+    single_s, single_1_s = run(generate_one_at_a_time, n, r), run(generate_one_at_a_time, 1, r + 1)
+
+    def decode_rate(total_s, prefill_s):
+        return round(b * (n - 1) / (total_s - prefill_s), 1) if total_s > prefill_s and n > 1 else None
+
+    report = {
+        "model": model_name,
+        "model_load_s": round(load_s, 2),
+        "torch_threads": torch.get_num_threads(),
+        "machine": f"{platform.machine()}, torch {torch.__version__}",
+        "batch": b,
+        "new_tokens_each": n,
+        "prompt_tokens": {"min": min(map(len, prompts)), "max": max(map(len, prompts)),
+                          "total": sum(map(len, prompts))},
+        "batched": {"seconds": round(batched_s, 2), "tokens_per_s": round(b * n / batched_s, 1),
+                    "decode_tokens_per_s": decode_rate(batched_s, batched_1_s),
+                    "prefill_s": round(batched_1_s, 2)},
+        "one_at_a_time": {"seconds": round(single_s, 2), "tokens_per_s": round(b * n / single_s, 1),
+                          "decode_tokens_per_s": decode_rate(single_s, single_1_s),
+                          "prefill_s": round(single_1_s, 2)},
+    }
+    report["speedup"] = round(single_s / batched_s, 2)
+    rates = report["batched"]["decode_tokens_per_s"], report["one_at_a_time"]["decode_tokens_per_s"]
+    report["decode_speedup"] = round(rates[0] / rates[1], 2) if None not in rates else None
+
+    if b >= 4 and b % 2 == 0:
+        grouped = [prompts[i // (b // 2)] for i in range(b)]  # 2 groups of b/2 identical prompts
+        _, grouped_s = timed(generate, model, grouped, max_new_tokens=1, **equal)
+        report["group_prefill"] = {"groups_x_members": f"2x{b // 2}", "prefill_s": round(grouped_s, 2),
+                                   "distinct_prompts_prefill_s": round(batched_1_s, 2)}
+
+    if tokenizer is not None:  # early stops need real text: greedy with the real stop conditions
+        stops = dict(max_new_tokens=args.stop_tokens, temperature=0, stop_strings=("</answer>",),
+                     eos_token_ids=[tokenizer.eos_token_id], pad_token_id=pad, tokenizer=tokenizer)
+        shrunk, shrunk_s = timed(generate, model, prompts, shrink_batch=True, **stops)
+        padded, padded_s = timed(generate, model, prompts, shrink_batch=False, **stops)
+        report["early_stop"] = {
+            "token_cap": args.stop_tokens,
+            "lengths": sorted(len(r.token_ids) for r in shrunk),
+            "finish_reasons": {k: sum(r.finish_reason == k for r in shrunk) for k in ("stop", "eos", "length")},
+            "same_tokens": [r.token_ids for r in shrunk] == [r.token_ids for r in padded],
+            "shrink_batch_s": round(shrunk_s, 2),
+            "padded_batch_s": round(padded_s, 2),
+        }
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

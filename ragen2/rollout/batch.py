@@ -1,0 +1,207 @@
+"""RolloutBatch: the tensors a trainer needs from one rollout, plus per-trajectory logs.
+
+Rows and trajectories: in full-history mode each trajectory is one row (traj_index = arange).
+In window mode each turn is its own row, so one trajectory spans several rows; traj_index maps
+a row to its trajectory, and the per-trajectory lists are indexed by trajectory.
+
+Token tensors are [B, T], right-padded (pad id in input_ids, 0 in attention_mask):
+  response_mask      1.0 on tokens the policy sampled (an EOS it sampled included), else 0.0
+  sampling_logprobs  the sampler's log-prob of each sampled token, 0 elsewhere
+  turn_index         0-based turn of a sampled token, -1 elsewhere
+  token_rewards      the trajectory reward on the row's last sampled token, 0 elsewhere
+  turn_rewards       each turn's reward (its format penalty included) on that turn's last
+                     sampled token, 0 elsewhere
+reasoning_spans: (row, turn, start, end) with input_ids[row, :start] the prompt x (ending with
+the `<think>` tokens) and input_ids[row, start:end] the reasoning z (see chat.reasoning_span).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class RowRecord:
+    """One training row before padding."""
+
+    traj: int
+    input_ids: list[int]
+    sampled: list[bool]
+    logprobs: list[float]
+    turn_index: list[int]
+    turn_ends: list[tuple[int, int]]  # (turn, index of that turn's last sampled token)
+    reasoning: list[tuple[int, int, int]] = field(default_factory=list)  # (turn, start, end)
+
+
+@dataclass
+class TrajectoryRecord:
+    """What one env episode produced, turn by turn."""
+
+    group: int
+    member: int
+    seed: int
+    turn_rewards: list[float] = field(default_factory=list)
+    response_texts: list[str] = field(default_factory=list)
+    parse_errors: list[str | None] = field(default_factory=list)
+    format_ok: list[bool] = field(default_factory=list)
+    think_lengths: list[int] = field(default_factory=list)  # tokens; 0 where no reasoning span
+    response_lengths: list[int] = field(default_factory=list)  # sampled tokens per turn
+    finish_reasons: list[str] = field(default_factory=list)
+    success: bool = False
+    context_truncated: bool = False
+
+    @property
+    def reward(self) -> float:
+        return float(sum(self.turn_rewards))
+
+
+def _pad(rows: list[list], width: int, value) -> list[list]:
+    return [row + [value] * (width - len(row)) for row in rows]
+
+
+@dataclass
+class RolloutBatch:
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    response_mask: torch.Tensor
+    sampling_logprobs: torch.Tensor
+    turn_index: torch.Tensor
+    token_rewards: torch.Tensor
+    turn_rewards: torch.Tensor
+    traj_rewards: torch.Tensor  # [B] the row's trajectory reward
+    group_ids: torch.Tensor  # [B] the prompt group (0..P-1 before any selection)
+    traj_index: torch.Tensor  # [B] row -> trajectory
+    success: torch.Tensor  # [B] bool
+    num_turns: torch.Tensor  # [B]
+    context_truncated: torch.Tensor  # [B] bool: ended because the next prompt would not fit
+    trajectories: list[TrajectoryRecord]
+    reasoning_spans: list[tuple[int, int, int, int]]
+    group_size: int
+
+    # --- building ----------------------------------------------------------------------------
+
+    @classmethod
+    def from_records(cls, rows: list[RowRecord], trajectories: list[TrajectoryRecord], *,
+                     pad_token_id: int, group_size: int) -> "RolloutBatch":
+        if not rows:
+            raise ValueError("a RolloutBatch needs at least one row")
+        width = max(len(r.input_ids) for r in rows)
+        lengths = [len(r.input_ids) for r in rows]
+        input_ids = torch.tensor(_pad([r.input_ids for r in rows], width, pad_token_id), dtype=torch.long)
+        attention_mask = torch.tensor([[1] * n + [0] * (width - n) for n in lengths], dtype=torch.long)
+        response_mask = torch.tensor(_pad([[float(s) for s in r.sampled] for r in rows], width, 0.0))
+        logprobs = torch.tensor(_pad([[lp if s else 0.0 for lp, s in zip(r.logprobs, r.sampled)] for r in rows],
+                                     width, 0.0), dtype=torch.float32)
+        turn_index = torch.tensor(_pad([r.turn_index for r in rows], width, -1), dtype=torch.long)
+        token_rewards = torch.zeros(len(rows), width)
+        turn_rewards = torch.zeros(len(rows), width)
+        for b, row in enumerate(rows):
+            traj = trajectories[row.traj]
+            if row.turn_ends:
+                token_rewards[b, max(end for _, end in row.turn_ends)] = traj.reward
+            for turn, end in row.turn_ends:
+                turn_rewards[b, end] = traj.turn_rewards[turn]
+        spans = [(b, turn, start, end) for b, row in enumerate(rows) for turn, start, end in row.reasoning]
+        per_row = [trajectories[r.traj] for r in rows]
+        return cls(
+            input_ids=input_ids, attention_mask=attention_mask, response_mask=response_mask,
+            sampling_logprobs=logprobs, turn_index=turn_index, token_rewards=token_rewards,
+            turn_rewards=turn_rewards,
+            traj_rewards=torch.tensor([t.reward for t in per_row], dtype=torch.float32),
+            group_ids=torch.tensor([t.group for t in per_row], dtype=torch.long),
+            traj_index=torch.tensor([r.traj for r in rows], dtype=torch.long),
+            success=torch.tensor([t.success for t in per_row], dtype=torch.bool),
+            num_turns=torch.tensor([len(t.turn_rewards) for t in per_row], dtype=torch.long),
+            context_truncated=torch.tensor([t.context_truncated for t in per_row], dtype=torch.bool),
+            trajectories=trajectories, reasoning_spans=spans, group_size=group_size,
+        )
+
+    # --- views -------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    @property
+    def num_tokens(self) -> int:
+        """Real (non-pad) tokens in the batch."""
+        return int(self.attention_mask.sum())
+
+    @property
+    def num_response_tokens(self) -> int:
+        return int(self.response_mask.sum())
+
+    def _tensor_fields(self) -> list[str]:
+        return [f.name for f in dataclasses.fields(self) if isinstance(getattr(self, f.name), torch.Tensor)]
+
+    def to(self, device) -> "RolloutBatch":
+        moved = {name: getattr(self, name).to(device) for name in self._tensor_fields()}
+        return dataclasses.replace(self, **moved)
+
+    def select_groups(self, kept_group_indices) -> "RolloutBatch":
+        """The rows of the kept groups, whole groups in their original order (trajectories renumbered)."""
+        kept = {int(g) for g in kept_group_indices}
+        present = {t.group for t in self.trajectories}
+        unknown = sorted(kept - present)
+        if unknown:
+            raise ValueError(f"select_groups: groups {unknown} are not in this batch (groups: {sorted(present)})")
+        kept_trajs = [i for i, t in enumerate(self.trajectories) if t.group in kept]
+        new_traj = {old: new for new, old in enumerate(kept_trajs)}
+        row_keep = [b for b in range(len(self)) if int(self.group_ids[b]) in kept]
+        new_row = {old: new for new, old in enumerate(row_keep)}
+        index = torch.tensor(row_keep, dtype=torch.long, device=self.input_ids.device)
+        moved = {name: getattr(self, name).index_select(0, index) for name in self._tensor_fields()}
+        moved["traj_index"] = torch.tensor([new_traj[int(t)] for t in moved["traj_index"].tolist()],
+                                           dtype=torch.long, device=self.input_ids.device)
+        if row_keep:  # drop columns that were only padding for the dropped rows
+            width = int(moved["attention_mask"].sum(-1).max())
+            moved = {k: (v[:, :width] if v.dim() == 2 else v) for k, v in moved.items()}
+        spans = [(new_row[b], turn, s, e) for b, turn, s, e in self.reasoning_spans if b in new_row]
+        return dataclasses.replace(self, **moved, trajectories=[self.trajectories[i] for i in kept_trajs],
+                                   reasoning_spans=spans)
+
+    # --- metrics -----------------------------------------------------------------------------
+
+    def metrics(self, prefix: str = "rollout/") -> dict[str, float]:
+        """Summary numbers over trajectories (not rows) and over turns.
+
+        In-group std and variance use ddof=1 (torch.std, snr's default); groups of one member
+        contribute 0. reward_std is over all trajectories (ddof=0).
+        """
+        trajs = self.trajectories
+        if not trajs:
+            return {f"{prefix}num_trajectories": 0.0}
+        rewards = torch.tensor([t.reward for t in trajs], dtype=torch.float64)
+        groups: dict[int, list[float]] = {}
+        for t in trajs:
+            groups.setdefault(t.group, []).append(t.reward)
+        group_var = [float(torch.tensor(r, dtype=torch.float64).var()) if len(r) > 1 else 0.0 for r in groups.values()]
+        turns = [(t, k) for t in trajs for k in range(len(t.turn_rewards))]
+        thinks = [t.think_lengths[k] for t, k in turns if t.think_lengths[k] > 0]
+        finish = [t.finish_reasons[k] for t, k in turns]
+
+        def mean(values) -> float:
+            return float(sum(values) / len(values)) if values else 0.0
+
+        out = {
+            "reward_mean": float(rewards.mean()),
+            "reward_std": float(rewards.std(unbiased=False)),
+            "in_group_reward_std_mean": mean([v ** 0.5 for v in group_var]),
+            "in_group_reward_variance_mean": mean(group_var),
+            "success_rate": mean([float(t.success) for t in trajs]),
+            "turns_mean": mean([len(t.turn_rewards) for t in trajs]),
+            "response_tokens_mean": mean([sum(t.response_lengths) for t in trajs]),
+            "response_tokens_per_turn_mean": mean([t.response_lengths[k] for t, k in turns]),
+            "think_tokens_mean": mean(thinks),
+            "think_span_fraction": len(thinks) / len(turns) if turns else 0.0,
+            "format_ok_fraction": mean([float(t.format_ok[k]) for t, k in turns]),
+            "finish_length_fraction": mean([float(r == "length") for r in finish]),
+            "context_truncated": float(sum(t.context_truncated for t in trajs)),
+            "num_trajectories": float(len(trajs)),
+            "num_groups": float(len(groups)),
+            "num_rows": float(len(self)),
+            "num_tokens": float(self.num_tokens),
+        }
+        return {prefix + k: v for k, v in out.items()}
