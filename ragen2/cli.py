@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ragen2 import envs_cli
+from ragen2 import envs_cli, plot, train_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -16,6 +16,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
     envs_cli.add_parser(commands)
+    train_cli.add_parser(commands)
+    plot.add_parser(commands)
     return parser
 
 

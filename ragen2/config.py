@@ -105,7 +105,11 @@ class FilterSection(Section):
     include_zero: bool = True
     eps: float = Field(0.01, ge=0.0)
     ddof: Literal[0, 1] = 1
-    max_consecutive_skips: int | None = Field(5, ge=1)  # stop the run after this many skipped steps; None = never
+    # Stop policy (snr.StopConfig); 0 turns a rule off.
+    max_consecutive_skips: int = Field(5, ge=0)
+    collapse_baseline_steps: int = Field(10, ge=1)
+    collapse_patience: int = Field(10, ge=0)
+    collapse_ratio: float = Field(0.1, gt=0.0, le=1.0)
 
 
 class OptimSection(Section):

@@ -1,0 +1,235 @@
+"""The local engine: policy, critic and reference in one process, on CPU or one GPU.
+
+It only moves tensors: the advantage and loss maths live in `ragen2/algos`, selection in
+`snr/`, probing in `mi_probe/`. Everything here is token-aligned: position t of a
+[B, T] tensor describes token t, predicted from the hidden state at t − 1.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ragen2 import models as model_lib
+from ragen2.algos import losses
+from ragen2.config import Config
+
+
+@dataclass
+class Models:
+    policy: nn.Module
+    tokenizer: object
+    critic: nn.Module | None
+    reference: nn.Module | None
+    device: torch.device
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def build_models(cfg: Config) -> Models:
+    """Load what the config asks for: a critic only with GAE, a reference only with a KL term."""
+    device = pick_device(cfg.model.device)
+    source = model_lib.resolve_model_source(cfg.model.name)
+    lora = (model_lib.LoraSettings(rank=cfg.model.lora_rank, alpha=cfg.model.lora_alpha,
+                                   dropout=cfg.model.lora_dropout) if cfg.model.lora_rank > 0 else None)
+    tokenizer = model_lib.load_tokenizer(source)
+    policy = model_lib.load_policy(source, dtype=cfg.model.dtype, device=device, lora=lora)
+    critic = (model_lib.load_value_model(source, dtype=cfg.model.dtype, device=device, lora=lora)
+              if cfg.algo.uses_critic else None)
+    reference = (model_lib.load_reference(source, dtype=cfg.model.dtype, device=device)
+                 if cfg.algo.kl_coef > 0 else None)
+    if cfg.model.gradient_checkpointing:
+        policy.gradient_checkpointing_enable()
+    return Models(policy, tokenizer, critic, reference, device)
+
+
+def _trim(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> int:
+    """Length of the longest row (batches are right-padded)."""
+    lengths = attention_mask.sum(dim=1)
+    return int(lengths.max().item()) if lengths.numel() else 0
+
+
+def policy_log_probs(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                     response_mask: torch.Tensor, temperature: float = 1.0,
+                     with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-prob (and entropy) of every sampled token, 0 elsewhere; [B, T].
+
+    The LM head runs only on the hidden states that predict sampled tokens: on a multi-turn
+    row most positions are prompt or env text, and the vocabulary projection dominates.
+    """
+    batch, seq_len = input_ids.shape
+    width = _trim(input_ids, attention_mask)
+    log_probs = torch.zeros(batch, seq_len, dtype=torch.float32, device=input_ids.device)
+    entropy = torch.zeros_like(log_probs) if with_entropy else None
+    if width < 2:
+        return log_probs, entropy
+    ids, attn = input_ids[:, :width], attention_mask[:, :width]
+    predicts = response_mask[:, 1:width].bool()  # hidden state t-1 predicts token t
+    hidden = model.get_decoder()(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state
+    logits = model.get_output_embeddings()(hidden[:, :-1][predicts]).float()
+    if temperature > 0 and temperature != 1.0:
+        logits = logits / temperature
+    logp_all = torch.log_softmax(logits, dim=-1)
+    targets = ids[:, 1:][predicts]
+    chosen = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    log_probs = log_probs.clone()
+    log_probs[:, 1:width][predicts] = chosen
+    if with_entropy:
+        token_entropy = -(logp_all.exp() * logp_all).sum(-1)
+        entropy = entropy.clone()
+        entropy[:, 1:width][predicts] = token_entropy
+    return log_probs, entropy
+
+
+def critic_values(critic: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """V(state before token t) at position t; [B, T]."""
+    batch, seq_len = input_ids.shape
+    width = _trim(input_ids, attention_mask)
+    values = torch.zeros(batch, seq_len, dtype=torch.float32, device=input_ids.device)
+    if width < 2:
+        return values
+    per_position = critic(input_ids[:, :width], attention_mask[:, :width]).float()
+    values = values.clone()
+    values[:, 1:width] = per_position[:, :-1]
+    return values
+
+
+@torch.no_grad()
+def batched(fn, micro_batch_size: int, *tensors: torch.Tensor) -> torch.Tensor:
+    """Apply `fn` to row slices and concatenate; padding is trimmed per slice."""
+    outputs = [fn(*(t[i:i + micro_batch_size] for t in tensors))
+               for i in range(0, tensors[0].shape[0], micro_batch_size)]
+    return torch.cat(outputs, dim=0)
+
+
+@dataclass
+class Optimizers:
+    actor: torch.optim.Optimizer
+    critic: torch.optim.Optimizer | None
+
+
+def build_optimizers(models: Models, cfg: Config) -> Optimizers:
+    def adam(module: nn.Module, lr: float) -> torch.optim.Optimizer:
+        params = [p for p in module.parameters() if p.requires_grad]
+        return torch.optim.AdamW(params, lr=lr, betas=cfg.optim.betas, weight_decay=cfg.optim.weight_decay)
+
+    actor = adam(models.policy, cfg.optim.actor_lr)
+    critic = adam(models.critic, cfg.optim.critic_lr) if models.critic is not None else None
+    return Optimizers(actor, critic)
+
+
+@dataclass
+class UpdateInputs:
+    """Everything the PPO epochs read, row-aligned; computed once before the update."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    response_mask: torch.Tensor
+    old_log_probs: torch.Tensor
+    advantages: torch.Tensor
+    ref_log_probs: torch.Tensor | None = None
+    old_values: torch.Tensor | None = None
+    returns: torch.Tensor | None = None
+
+
+def _finite_grad_step(module: nn.Module, optimizer: torch.optim.Optimizer, max_norm: float) -> tuple[float, bool]:
+    """Clip and step unless the gradient is non-finite; returns (pre-clip norm, stepped)."""
+    params = [p for p in module.parameters() if p.requires_grad]
+    norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+    if not math.isfinite(norm):
+        optimizer.zero_grad(set_to_none=True)
+        return norm, False
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return norm, True
+
+
+def ppo_update(models: Models, optimizers: Optimizers, data: UpdateInputs, cfg: Config,
+               generator: torch.Generator, loss_scale: float = 1.0) -> dict[str, float]:
+    """PPO epochs over shuffled mini-batches with gradient accumulation; returns mean metrics.
+
+    A mini-batch whose loss or gradient is not finite is skipped (no optimiser step) and
+    counted, and the run goes on.
+    """
+    algo, optim = cfg.algo, cfg.optim
+    policy, critic = models.policy, models.critic
+    policy.train()
+    if critic is not None:
+        critic.train()
+    rows = data.input_ids.shape[0]
+    totals: dict[str, float] = {}
+    counts: dict[str, int] = {}
+
+    def record(name: str, value: float) -> None:
+        totals[name] = totals.get(name, 0.0) + float(value)
+        counts[name] = counts.get(name, 0) + 1
+
+    skipped = 0
+    for _ in range(optim.ppo_epochs):
+        order = torch.randperm(rows, generator=generator)
+        for start in range(0, rows, optim.mini_batch_size):
+            mini = order[start:start + optim.mini_batch_size]
+            mask = data.response_mask[mini]
+            total_tokens = max(1, int(mask.sum().item()))
+            total_sequences = max(1, int((mask.sum(dim=1) > 0).sum().item()))
+            totals_kw = dict(total_tokens=total_tokens, total_sequences=total_sequences)
+            finite = True
+            for micro_start in range(0, len(mini), optim.micro_batch_size):
+                idx = mini[micro_start:micro_start + optim.micro_batch_size]
+                ids, attn, rmask = data.input_ids[idx], data.attention_mask[idx], data.response_mask[idx]
+                log_probs, entropy = policy_log_probs(policy, ids, attn, rmask, cfg.rollout.temperature,
+                                                      with_entropy=True)
+                pg_loss, pg_metrics = losses.ppo_clip_policy_loss(
+                    log_probs, data.old_log_probs[idx], data.advantages[idx], rmask,
+                    clip_low=algo.clip_low, clip_high=algo.clip_high, dual_clip=algo.dual_clip,
+                    agg_mode=algo.loss_agg, **totals_kw)
+                entropy_term = losses.aggregate_token_loss(entropy, rmask, algo.loss_agg, **totals_kw)
+                loss = pg_loss - algo.entropy_coef * entropy_term
+                if data.ref_log_probs is not None and algo.kl_mode == "loss":
+                    kl = losses.kl_loss(log_probs, data.ref_log_probs[idx], rmask, algo.kl_estimator,
+                                        algo.loss_agg, **totals_kw)
+                    loss = loss + algo.kl_coef * kl
+                    record("actor/kl_loss", kl.item())
+                loss = loss * loss_scale
+                if not torch.isfinite(loss):
+                    finite = False
+                    break
+                loss.backward()
+                record("actor/pg_loss", pg_loss.item())
+                record("actor/entropy", entropy_term.item())
+                for key in ("clipfrac_high", "clipfrac_low", "approx_kl", "ratio_max"):
+                    record(f"actor/{key}", pg_metrics[key].item())
+                if critic is not None:
+                    values = critic_values(critic, ids, attn)
+                    value_loss, value_metrics = losses.clipped_value_loss(
+                        values, data.old_values[idx], data.returns[idx], rmask, clip_range=algo.value_clip,
+                        agg_mode="token-mean", total_tokens=total_tokens)
+                    if not torch.isfinite(value_loss):
+                        finite = False
+                        break
+                    (algo.value_coef * value_loss).backward()
+                    record("critic/value_loss", value_loss.item())
+                    record("critic/clipfrac", value_metrics["vf_clipfrac"].item())
+            if not finite:
+                optimizers.actor.zero_grad(set_to_none=True)
+                if optimizers.critic is not None:
+                    optimizers.critic.zero_grad(set_to_none=True)
+                skipped += 1
+                continue
+            norm, stepped = _finite_grad_step(policy, optimizers.actor, optim.grad_clip)
+            record("actor/grad_norm", norm if math.isfinite(norm) else float("nan"))
+            if critic is not None:
+                critic_norm, critic_stepped = _finite_grad_step(critic, optimizers.critic, optim.grad_clip)
+                record("critic/grad_norm", critic_norm)
+                stepped = stepped and critic_stepped
+            skipped += 0 if stepped else 1
+    metrics = {name: totals[name] / counts[name] for name in totals}
+    metrics["actor/nonfinite_skipped_minibatches"] = float(skipped)
+    return metrics

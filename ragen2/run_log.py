@@ -1,0 +1,114 @@
+"""Where a run's numbers go: metrics.jsonl always (one flushed line per step), events.jsonl
+for alerts and stops, wandb and TensorBoard when asked for, and a one-line progress display."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+METRICS_FILE = "metrics.jsonl"
+EVENTS_FILE = "events.jsonl"
+
+
+def _jsonable(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # JSON has no NaN/inf; keep them visible rather than dropping the row
+    return value
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    path = Path(run_dir) / METRICS_FILE
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                break  # a line cut short by a kill: everything before it is intact
+    return rows
+
+
+class RunLog:
+    def __init__(self, run_dir: Path, total_steps: int, config_dict: dict, *, resume_step: int = 0,
+                 use_wandb: bool = False, use_tensorboard: bool = False, quiet: bool = False):
+        self.run_dir = Path(run_dir)
+        self.total_steps = total_steps
+        self.quiet = quiet
+        # On resume, drop rows past the checkpoint: those steps are about to be redone.
+        kept = [row for row in read_metrics(self.run_dir) if row.get("step", 0) < resume_step]
+        self._metrics = (self.run_dir / METRICS_FILE).open("w")
+        for row in kept:
+            self._metrics.write(json.dumps(row) + "\n")
+        self._metrics.flush()
+        self._events = (self.run_dir / EVENTS_FILE).open("a")
+        self._wandb = self._tensorboard = None
+        if use_wandb:
+            self._wandb = self._start_wandb(config_dict)
+        if use_tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._tensorboard = SummaryWriter(str(self.run_dir / "tensorboard"))
+            except ImportError:
+                self.event("warning", message="TensorBoard requested but not installed: pip install tensorboard")
+        self._started = time.time()
+
+    def _start_wandb(self, config_dict: dict):
+        try:
+            import os
+
+            import wandb
+        except ImportError:
+            self.event("warning", message="wandb requested but not installed: pip install wandb")
+            return None
+        mode = "online" if os.environ.get("WANDB_API_KEY") else "offline"
+        return wandb.init(project="ragen2", dir=str(self.run_dir), config=config_dict, mode=mode)
+
+    def step(self, step: int, metrics: dict) -> None:
+        row = {"step": step, **{k: _jsonable(v) for k, v in metrics.items()}}
+        self._metrics.write(json.dumps(row) + "\n")
+        self._metrics.flush()
+        numeric = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
+        if self._wandb is not None:
+            self._wandb.log(numeric, step=step)
+        if self._tensorboard is not None:
+            for key, value in numeric.items():
+                self._tensorboard.add_scalar(key, value, step)
+        if not self.quiet:
+            self._print_progress(step, metrics)
+
+    def _print_progress(self, step: int, m: dict) -> None:
+        parts = [f"step {step + 1}/{self.total_steps}"]
+        if "rollout/reward_mean" in m:
+            parts.append(f"reward {m['rollout/reward_mean']:+.3f}")
+            parts.append(f"success {m.get('rollout/success_rate', 0):.2f}")
+            parts.append(f"format {m.get('rollout/format_ok_fraction', 0):.2f}")
+        if "snr/groups_kept" in m:
+            parts.append(f"kept {int(m['snr/groups_kept'])}/{int(m['snr/groups_total'])}")
+        if m.get("snr/skipped"):
+            parts.append("SKIPPED")
+        if "val/success_rate" in m:
+            parts.append(f"val success {m['val/success_rate']:.2f}")
+        if "time/step_s" in m:
+            parts.append(f"{m['time/step_s']:.1f}s")
+        elapsed = time.time() - self._started
+        print(" | ".join(parts) + f" | elapsed {elapsed / 60:.1f} min", file=sys.stderr, flush=True)
+
+    def event(self, kind: str, **fields) -> None:
+        self._events.write(json.dumps({"kind": kind, "time": time.time(), **fields}) + "\n")
+        self._events.flush()
+        if not self.quiet and kind != "checkpoint":
+            print(f"[{kind}] {fields.get('message', '')}", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        self._metrics.close()
+        self._events.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+        if self._tensorboard is not None:
+            self._tensorboard.close()

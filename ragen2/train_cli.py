@@ -1,0 +1,104 @@
+"""`ragen2 train`: compose the config, fail fast on bad input, train, print where results are."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from ragen2.config import ConfigError, build_config, load_config
+
+GROUP_KEYS = ("env", "algo", "filter")  # `env=frozen_lake` picks a preset; `env.name=…` sets a key
+
+
+def add_parser(commands) -> None:
+    parser = commands.add_parser(
+        "train", help="train an agent (local engine)",
+        description="Train with StarPO rollouts and PPO/GRPO. Overrides: KEY=VALUE, e.g. "
+                    "env=frozen_lake algo=grpo trainer.total_steps=50 rollout.group_size=8")
+    parser.add_argument("--env", help="env preset in configs/envs (default: base.yaml's env)")
+    parser.add_argument("--algo", help="algo preset in configs/algos: ppo, grpo, dr-grpo, dapo, starpo, starpo-s")
+    parser.add_argument("--filter", help="filter preset in configs/filters: none, starpo-s, snr-top-p, …")
+    parser.add_argument("--model", help="'bundled' (SmolLM2-135M-Instruct), a hub id or a local path")
+    parser.add_argument("--out", help="parent folder for run directories (default runs/)")
+    parser.add_argument("--seed", type=int, help="trainer seed")
+    parser.add_argument("--steps", type=int, help="total training steps")
+    parser.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its latest checkpoint")
+    parser.add_argument("--quiet", action="store_true", help="no per-step progress lines")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted config overrides")
+    parser.set_defaults(run=run_train)
+
+
+def compose(args):
+    """Build and validate the config (before any model loads); returns (config, run_dir, resume)."""
+    presets = {key: getattr(args, key) for key in GROUP_KEYS}
+    overrides = []
+    for item in args.overrides:
+        key, sep, value = item.partition("=")
+        if sep and key in GROUP_KEYS:
+            presets[key] = value
+        else:
+            overrides.append(item)
+    flags = {"model.name": args.model, "trainer.out": args.out, "trainer.seed": args.seed,
+             "trainer.total_steps": args.steps}
+    overrides += [f"{key}={value}" for key, value in flags.items() if value is not None]
+
+    if args.resume:
+        run_dir = Path(args.resume)
+        saved = run_dir / "config.yaml"
+        if not saved.is_file():
+            raise ConfigError(f"--resume {run_dir}: no config.yaml there (is it a run directory?)")
+        if any(presets.values()):
+            raise ConfigError("--resume continues a run with its saved config; presets cannot change")
+        import yaml
+
+        from ragen2.config import _merge, _parse_override
+
+        data = yaml.safe_load(saved.read_text())
+        for item in overrides:
+            data = _merge(data, _parse_override(item))
+        return build_config(data), run_dir, True
+
+    cfg = load_config(env=presets["env"], algo=presets["algo"], filter=presets["filter"], overrides=overrides)
+    name = cfg.trainer.run_name or (
+        f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.env.name}-{cfg.algo.name}-{cfg.filter.preset}-s{cfg.trainer.seed}")
+    return cfg, Path(cfg.trainer.out) / name, False
+
+
+def run_train(args) -> int:
+    try:
+        cfg, run_dir, resume = compose(args)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    from ragen2 import trainer  # heavy imports only once the config is known to be good
+
+    print(f"run directory: {run_dir}", file=sys.stderr)
+    print(f"env {cfg.env.name} | algo {cfg.algo.name} ({cfg.algo.advantage}) | filter {cfg.filter.preset} | "
+          f"{cfg.rollout.num_groups} groups x {cfg.rollout.group_size} | {cfg.trainer.total_steps} steps | "
+          f"model {cfg.model.name}", file=sys.stderr)
+    run = trainer.setup(cfg, run_dir, resume=resume, quiet=args.quiet)
+    summary = trainer.train(run)
+    print_summary(summary)
+    return 0
+
+
+def _fmt(value) -> str:
+    return "n/a" if value is None else (f"{value:.3f}" if isinstance(value, float) else str(value))
+
+
+def print_summary(summary: dict) -> None:
+    run_dir = summary["run_dir"]
+    lines = [
+        "",
+        f"results: {run_dir}",
+        f"  metrics  {run_dir}/metrics.jsonl   summary {run_dir}/summary.json   config {run_dir}/config.yaml",
+        f"  steps {summary['steps']} (trained {summary['steps_trained']}, skipped {summary['steps_skipped']})"
+        + (f", stopped: {summary['stop_reason']}" if summary["stop_reason"] else ""),
+        f"  reward  {_fmt(summary['first_reward_mean'])} → {_fmt(summary['last_reward_mean'])}   "
+        f"success {_fmt(summary['first_success_rate'])} → {_fmt(summary['last_success_rate'])}",
+        f"  validation success {_fmt(summary['final_val_success_rate'])} "
+        f"(best {_fmt(summary['best_val_success_rate'])})",
+        f"  plots: ragen2 plot {run_dir}",
+    ]
+    print("\n".join(lines))

@@ -1,0 +1,282 @@
+"""The training loop of the local engine: StarPO rollouts → SNR filter → PPO/GRPO update.
+
+`train_step` is DESIGN's "data flow of one training step", one call per line; `train` wraps
+it with seeding, validation, checkpoints and logging.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import envs
+import snr
+from ragen2 import checkpoint as ckpt
+from ragen2 import probe as probe_lib
+from ragen2.algos import advantages as adv_lib
+from ragen2.algos import losses
+from ragen2.config import Config
+from ragen2.engines import local
+from ragen2.rollout import RolloutBatch, RolloutConfig, evaluate, rollout
+from ragen2.run_log import RunLog
+
+VALIDATION_STREAM = 987_654_321  # seeds validation instances apart from training ones
+
+
+@dataclass
+class Run:
+    cfg: Config
+    run_dir: Path
+    models: local.Models
+    optimizers: local.Optimizers
+    generator: torch.Generator
+    filter_config: snr.FilterConfig
+    stop_policy: snr.StopPolicy
+    probe: probe_lib.Probe
+    log: RunLog
+    step: int = 0
+    nonfinite_skips: int = 0
+    summary: dict = field(default_factory=dict)
+
+
+class Timer:
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, phase: str):
+        started = time.perf_counter()
+        yield
+        self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - started
+
+    def metrics(self) -> dict[str, float]:
+        return {f"time/{phase}_s": round(seconds, 4) for phase, seconds in self.seconds.items()}
+
+
+def rollout_config(cfg: Config, temperature: float | None = None) -> RolloutConfig:
+    r = cfg.rollout
+    return RolloutConfig(group_size=r.group_size, max_turns=r.max_turns, max_new_tokens=r.max_new_tokens,
+                         temperature=r.temperature if temperature is None else temperature, top_p=r.top_p,
+                         context=r.context, window_turns=r.window_turns, max_context_tokens=r.max_context_tokens,
+                         max_response_words=r.max_response_words)
+
+
+def filter_config(cfg: Config) -> snr.FilterConfig:
+    f = cfg.filter
+    return snr.FilterConfig(strategy=f.strategy, value=f.value, metric=f.metric, order=f.order,
+                            top_p_mode=f.top_p_mode, include_zero=f.include_zero, eps=f.eps, ddof=f.ddof)
+
+
+def stop_config(cfg: Config) -> snr.StopConfig:
+    f = cfg.filter
+    return snr.StopConfig(max_consecutive_skips=f.max_consecutive_skips,
+                          collapse_baseline_steps=f.collapse_baseline_steps,
+                          collapse_patience=f.collapse_patience, collapse_ratio=f.collapse_ratio)
+
+
+def env_factory(cfg: Config, name: str | None = None):
+    entry = envs.spec(name or cfg.env.name)
+    env_config = entry.make_config(**(cfg.env.overrides if name is None else {}))
+    return lambda: entry.env_cls(env_config)
+
+
+def step_seeds(cfg: Config, step: int) -> list[int]:
+    """The P instance seeds of a step: a pure function of (trainer.seed, step)."""
+    rng = np.random.default_rng([cfg.trainer.seed, step])
+    return [int(s) for s in rng.integers(0, 2**31 - 1, size=cfg.rollout.num_groups)]
+
+
+def validation_seeds(cfg: Config) -> list[int]:
+    rng = np.random.default_rng([cfg.trainer.seed, VALIDATION_STREAM])
+    return [int(s) for s in rng.integers(0, 2**31 - 1, size=cfg.trainer.val_groups)]
+
+
+def group_rewards(batch: RolloutBatch) -> torch.Tensor:
+    """[P, G] trajectory rewards, group-major, for the filter."""
+    num_groups = 1 + max(t.group for t in batch.trajectories)
+    rewards = torch.zeros(num_groups, batch.group_size, dtype=torch.float64)
+    for t in batch.trajectories:
+        rewards[t.group, t.member] = t.reward
+    return rewards
+
+
+def compute_advantages(cfg: Config, batch: RolloutBatch, values, old_log_probs, ref_log_probs):
+    """Advantages (and critic targets) for the configured estimator."""
+    algo = cfg.algo
+    token_rewards, turn_rewards = batch.token_rewards, batch.turn_rewards
+    if ref_log_probs is not None and algo.kl_mode == "reward":
+        penalty = losses.kl_reward_penalty(old_log_probs, ref_log_probs, batch.response_mask, algo.kl_coef,
+                                           algo.kl_estimator)
+        token_rewards, turn_rewards = token_rewards - penalty, turn_rewards - penalty
+    if algo.advantage == "gae":
+        return adv_lib.gae_advantages(token_rewards, values, batch.response_mask, algo.gamma, algo.lam)
+    if algo.advantage == "bilevel_gae":
+        return adv_lib.bi_level_gae_advantages(turn_rewards, values, batch.response_mask, algo.turn_gamma,
+                                               algo.turn_lam, algo.gamma, algo.lam)
+    scale = algo.advantage == "grpo"
+    advantages = adv_lib.grpo_advantages(token_rewards, batch.response_mask, batch.group_ids,
+                                         eps=algo.grpo_std_eps, scale_by_std=scale)
+    return advantages, None
+
+
+def train_step(run: Run) -> dict:
+    """One step: rollout, probe, filter, old/ref log-probs and values, advantages, update."""
+    cfg, models, timer = run.cfg, run.models, Timer()
+    with timer("rollout"):
+        batch = rollout(models.policy, models.tokenizer, env_factory(cfg), step_seeds(cfg, run.step),
+                        rollout_config(cfg), run.generator)
+    metrics = batch.metrics()
+    metrics.update(run.probe.maybe_run(run.step, models.policy, batch))  # timed on its own
+    with timer("filter"):
+        selection = snr.select_groups(group_rewards(batch), run.filter_config)
+    metrics.update(selection.metrics)
+    decision = run.stop_policy.observe(selection)
+    metrics.update(run.stop_policy.metrics())
+    if not selection.skip:
+        metrics.update(update_on(run, batch.select_groups(selection.kept), selection, timer))
+    metrics.update(timer.metrics())
+    metrics["time/step_s"] = round(sum(timer.seconds.values()), 4)
+    metrics["throughput/rollout_tokens_per_s"] = batch.num_response_tokens / max(timer.seconds["rollout"], 1e-9)
+    if decision.stop:
+        metrics["stop_reason"] = decision.reason
+        run.log.event("stop", reason=decision.reason, message=decision.message, step=run.step)
+    return metrics
+
+
+def update_on(run: Run, batch: RolloutBatch, selection, timer: Timer) -> dict:
+    cfg, models = run.cfg, run.models
+    micro = cfg.optim.micro_batch_size
+    batch = batch.to(models.device)
+    ids, attn, mask = batch.input_ids, batch.attention_mask, batch.response_mask
+    with timer("old_log_probs"):
+        old = local.batched(lambda i, a, m: local.policy_log_probs(models.policy, i, a, m,
+                                                                   cfg.rollout.temperature)[0],
+                            micro, ids, attn, mask)
+    ref = values = None
+    if models.reference is not None:
+        with timer("ref_log_probs"):
+            ref = local.batched(lambda i, a, m: local.policy_log_probs(models.reference, i, a, m,
+                                                                       cfg.rollout.temperature)[0],
+                                micro, ids, attn, mask)
+    if models.critic is not None:
+        with timer("values"):
+            values = local.batched(lambda i, a: local.critic_values(models.critic, i, a), micro, ids, attn)
+    with timer("advantages"):
+        advantages, returns = compute_advantages(cfg, batch, values, old, ref)
+    data = local.UpdateInputs(ids, attn, mask, old, advantages, ref, values, returns)
+    scale = snr.kept_fraction_scale(selection.kept_fraction, cfg.algo.filter_loss_scaling)
+    with timer("update"):
+        metrics = local.ppo_update(models, run.optimizers, data, cfg, run.generator, loss_scale=scale)
+    tokens = batch.num_tokens * cfg.optim.ppo_epochs
+    metrics["throughput/update_tokens_per_s"] = tokens / max(timer.seconds["update"], 1e-9)
+    metrics["update/kl_to_ref"] = (float(losses.kl_loss(old, ref, mask, cfg.algo.kl_estimator))
+                                   if ref is not None else 0.0)
+    run.nonfinite_skips += int(metrics["actor/nonfinite_skipped_minibatches"])
+    metrics["actor/nonfinite_skips_total"] = float(run.nonfinite_skips)
+    return metrics
+
+
+def validate(run: Run) -> dict:
+    cfg = run.cfg
+    started = time.perf_counter()
+    generator = torch.Generator().manual_seed(cfg.trainer.seed + VALIDATION_STREAM)
+    metrics = evaluate(run.models.policy, run.models.tokenizer, env_factory(cfg, cfg.env.val_name),
+                       validation_seeds(cfg), rollout_config(cfg, cfg.trainer.val_temperature), generator)
+    metrics["time/validation_s"] = round(time.perf_counter() - started, 4)
+    return metrics
+
+
+def _state(run: Run) -> dict:
+    return {"stop_policy": run.stop_policy.state_dict(), "probe": run.probe.state_dict(),
+            "nonfinite_skips": run.nonfinite_skips}
+
+
+def save(run: Run) -> None:
+    path = ckpt.save_checkpoint(run.run_dir, run.step, run.models, run.optimizers, run.generator,
+                                _state(run), run.cfg.trainer.keep_last)
+    run.log.event("checkpoint", path=str(path), step=run.step)
+
+
+def setup(cfg: Config, run_dir: Path, resume: bool = False, quiet: bool = False, models=None) -> Run:
+    """Build everything a run needs; on resume, restore the latest checkpoint."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(cfg.to_yaml())
+    torch.manual_seed(cfg.trainer.seed)
+    models = models or local.build_models(cfg)
+    optimizers = local.build_optimizers(models, cfg)
+    generator = torch.Generator().manual_seed(cfg.trainer.seed)
+    run = Run(cfg, run_dir, models, optimizers, generator, filter_config(cfg), snr.StopPolicy(stop_config(cfg)),
+              probe_lib.Probe(cfg.probe, models.tokenizer), log=None)  # type: ignore[arg-type]
+    resume_step = 0
+    latest = ckpt.latest_checkpoint(run_dir) if resume else None
+    if latest is not None:
+        state = ckpt.load_checkpoint(latest, models, optimizers, generator)
+        run.step = resume_step = state["step"]
+        run.stop_policy.load_state_dict(state["stop_policy"])
+        run.probe.load_state_dict(state["probe"])
+        run.nonfinite_skips = state["nonfinite_skips"]
+    run.log = RunLog(run_dir, cfg.trainer.total_steps, json.loads(cfg.model_dump_json()),
+                     resume_step=resume_step, use_wandb=cfg.trainer.wandb,
+                     use_tensorboard=cfg.trainer.tensorboard, quiet=quiet)
+    if latest is not None:
+        run.log.event("resume", message=f"resumed from {latest} at step {resume_step}", step=resume_step)
+    return run
+
+
+def train(run: Run) -> dict:
+    """Run the remaining steps; returns the summary (also written to summary.json)."""
+    cfg = run.cfg
+    started = time.time()
+    stop_reason = None
+    while run.step < cfg.trainer.total_steps:
+        metrics = train_step(run)
+        last = run.step + 1 == cfg.trainer.total_steps or "stop_reason" in metrics
+        if (cfg.trainer.val_every and (run.step + 1) % cfg.trainer.val_every == 0) or last:
+            metrics.update(validate(run))
+        run.log.step(run.step, metrics)
+        run.step += 1
+        if (cfg.trainer.save_every and run.step % cfg.trainer.save_every == 0) or last:
+            save(run)
+        if "stop_reason" in metrics:
+            stop_reason = metrics["stop_reason"]
+            break
+    rows = [r for r in _read_rows(run)]
+    summary = summarise(rows, stop_reason, time.time() - started, run)
+    (run.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    run.log.close()
+    return summary
+
+
+def _read_rows(run: Run) -> list[dict]:
+    from ragen2.run_log import read_metrics
+
+    return read_metrics(run.run_dir)
+
+
+def summarise(rows: list[dict], stop_reason, wall_s: float, run: Run) -> dict:
+    trained = [r for r in rows if not r.get("snr/skipped")]
+    val = [r for r in rows if "val/success_rate" in r]
+    first, last = (rows[0], rows[-1]) if rows else ({}, {})
+    return {
+        "run_dir": str(run.run_dir),
+        "steps": len(rows),
+        "steps_skipped": sum(1 for r in rows if r.get("snr/skipped")),
+        "steps_trained": len(trained),
+        "stop_reason": stop_reason,
+        "first_reward_mean": first.get("rollout/reward_mean"),
+        "last_reward_mean": last.get("rollout/reward_mean"),
+        "first_success_rate": first.get("rollout/success_rate"),
+        "last_success_rate": last.get("rollout/success_rate"),
+        "final_val_success_rate": val[-1]["val/success_rate"] if val else None,
+        "best_val_success_rate": max(r["val/success_rate"] for r in val) if val else None,
+        "nonfinite_skips": run.nonfinite_skips,
+        "wall_s_this_session": round(wall_s, 1),
+        "config": dataclasses.asdict(run.filter_config) | {"algo": run.cfg.algo.name, "env": run.cfg.env.name},
+    }
