@@ -255,7 +255,8 @@ def load_config(*, env: str | None = None, algo: str | None = None, filter: str 
     """Compose the layers, validate once, and return the config."""
     data = _read_yaml(base or CONFIG_DIR / "base.yaml")
     if env is not None:
-        data = _merge(data, _preset("envs", env))
+        preset = _preset("envs", env)
+        data = _merge({k: v for k, v in data.items() if k != "env"}, preset)  # the env section is replaced whole
     if algo is not None:
         data = _merge(data, _preset("algos", algo))
     if filter is not None:

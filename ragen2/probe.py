@@ -52,7 +52,9 @@ class Probe:
         for row, group in enumerate(group_of_row):
             if group not in prompt_of_group:
                 prompt = batch.input_ids[row, :first_sampled[row]].tolist()
-                prompt_of_group[group] = prompt + self.think_ids
+                # The rollout usually prefills "<think>" already (RAGEN's layout).
+                tail = self.tokenizer.decode(prompt[-8:], skip_special_tokens=False)
+                prompt_of_group[group] = prompt if tail.endswith(THINK_OPEN) else prompt + self.think_ids
         groups = sorted(prompt_of_group)
         column = {group: index for index, group in enumerate(groups)}
         spans = [(row, start, end) for row, turn, start, end in batch.reasoning_spans if turn == 0 and end > start]

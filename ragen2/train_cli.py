@@ -77,7 +77,14 @@ def run_train(args) -> int:
     print(f"env {cfg.env.name} | algo {cfg.algo.name} ({cfg.algo.advantage}) | filter {cfg.filter.preset} | "
           f"{cfg.rollout.num_groups} groups x {cfg.rollout.group_size} | {cfg.trainer.total_steps} steps | "
           f"model {cfg.model.name}", file=sys.stderr)
-    run = trainer.setup(cfg, run_dir, resume=resume, quiet=args.quiet)
+    from ragen2.models import ModelSourceError
+
+    print("loading models (the first run dequantises the bundled GGUF once, ~40 s) …", file=sys.stderr)
+    try:
+        run = trainer.setup(cfg, run_dir, resume=resume, quiet=args.quiet)
+    except ModelSourceError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     summary = trainer.train(run)
     print_summary(summary)
     return 0

@@ -177,7 +177,7 @@ def sokoban_factory():
 
 
 def run_sokoban(tok, seeds=(3,), **config):
-    cfg = RolloutConfig(**{"group_size": 2, "max_turns": 3, "max_new_tokens": 40, **config})
+    cfg = RolloutConfig(**{"group_size": 2, "max_turns": 3, "max_new_tokens": 40, "prefill_tag": False, **config})
     return rollout(sokoban_policy(tok), tok, sokoban_factory, list(seeds), cfg, torch.Generator().manual_seed(0))
 
 
@@ -223,7 +223,7 @@ def test_full_history_prompt_layout_follows_ragen(tok):
 
 def test_format_penalty_reaches_the_reward_on_bandit(tok):
     policy = ScriptedPolicy(tok, lambda _: "I pick the first one", generation_prompt=GEN_PROMPT, end_with_eos=True)
-    cfg = RolloutConfig(group_size=2, max_turns=1, max_new_tokens=30)
+    cfg = RolloutConfig(group_size=2, max_turns=1, max_new_tokens=30, prefill_tag=False)
     batch = rollout(policy, tok, lambda: envs.make("bandit"), [0], cfg, torch.Generator().manual_seed(0))
     assert batch.traj_rewards.tolist() == pytest.approx([-0.1, -0.1])
     for row in range(2):
@@ -236,7 +236,7 @@ def test_format_penalty_reaches_the_reward_on_bandit(tok):
 
 def test_group_members_share_the_instance_and_groups_differ(tok):
     policy = ScriptedPolicy(tok, lambda _: "<answer>x</answer>", generation_prompt=GEN_PROMPT)
-    cfg = RolloutConfig(group_size=3, max_turns=1, max_new_tokens=20)
+    cfg = RolloutConfig(group_size=3, max_turns=1, max_new_tokens=20, prefill_tag=False)
     batch = rollout(policy, tok, lambda: envs.make("bandit"), [0, 1], cfg, torch.Generator().manual_seed(0))
     prompts = [tok.decode(batch.input_ids[r][(batch.response_mask[r] == 0) & batch.attention_mask[r].bool()])
                for r in range(6)]
@@ -303,7 +303,7 @@ def test_evaluate_success_and_pass_at_g(tok):
         first = re.findall(r"Your available actions are:\n(\w+),", prompt)[0]
         return f"<think>first</think><answer>{first}</answer>"
     policy = ScriptedPolicy(tok, respond, generation_prompt=GEN_PROMPT)
-    cfg = RolloutConfig(group_size=2, max_turns=1, max_new_tokens=30)
+    cfg = RolloutConfig(group_size=2, max_turns=1, max_new_tokens=30, prefill_tag=False)
     result = evaluate(policy, tok, lambda: envs.make("bandit"), [0, 1], cfg, torch.Generator().manual_seed(0))
     assert result["val/success_rate"] == 0.5 and result["val/pass@2"] == 0.5 and result["val/num_groups"] == 2
     records = [TrajectoryRecord(0, 0, 0, success=False), TrajectoryRecord(0, 1, 0, success=True),
@@ -338,3 +338,20 @@ def test_sampling_logprobs_match_a_trainer_forward(tok, llama, context):
     assert not mask[:, 0].any()
     assert torch.allclose(recomputed[mask[:, 1:]], batch.sampling_logprobs[mask], atol=1e-4)
     assert (batch.sampling_logprobs[~mask] == 0).all() and (batch.turn_index[~mask] == -1).all()
+
+
+def test_prefilled_think_tag_opens_every_turn_outside_the_mask(tok):
+    # RAGEN's layout: the prompt ends with "<think>", the model continues inside the tag, and
+    # the env sees the tag + the sampled text. The tag is prompt, not policy output (mask 0).
+    policy = ScriptedPolicy(tok, lambda _: "risky pays more</think><answer>Banker</answer>",
+                            generation_prompt="<think>")
+    cfg = RolloutConfig(group_size=2, max_turns=1, max_new_tokens=30)
+    batch = rollout(policy, tok, lambda: envs.make("bandit"), [0], cfg, torch.Generator().manual_seed(0))
+    for row, t in enumerate(batch.trajectories):
+        assert t.response_texts == ["<think>risky pays more</think><answer>Banker</answer>"]
+        assert t.format_ok == [True] and t.parse_errors == [None] and t.turn_rewards[0] >= 0
+        assert decode_masked(tok, batch, row) == "risky pays more</think><answer>Banker</answer>"
+        prompt_end = int(batch.response_mask[row].nonzero().min())
+        assert tok.decode(batch.input_ids[row, :prompt_end]).endswith("<|im_start|>assistant\n<think>")
+    (row, turn, start, end), *_ = batch.reasoning_spans
+    assert tok.decode(batch.input_ids[row, start:end]) == "risky pays more"

@@ -26,6 +26,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from envs.parsing import ANSWER_OPEN, THINK_OPEN
 from envs.prompt import first_turn_messages, reward_message, turn_message
 from ragen2.rollout.batch import RolloutBatch, RowRecord, TrajectoryRecord
 from ragen2.rollout.chat import ChatFormat, TokenTrajectory, reasoning_span, reply_text
@@ -50,6 +51,10 @@ class RolloutConfig:
     max_context_tokens: int = 4096  # prompt + max_new_tokens must fit, else the episode ends
     max_response_words: int | None = None  # the prompt's length hint; None: no hint
     stop_strings: tuple[str, ...] = ("</answer>",)
+    # RAGEN opens every assistant turn with the tag in the prompt ("<think>", or "<answer>"
+    # for answer-only envs): the model continues from inside the format instead of having
+    # to start it, which a 135M model rarely does unprompted.
+    prefill_tag: bool = True
 
     def __post_init__(self) -> None:
         for name in ("group_size", "max_turns", "max_new_tokens", "window_turns", "max_context_tokens"):
@@ -104,7 +109,9 @@ class _Episode:
         self.replies: list[str] = []
         self.rows: list[RowRecord] = []  # window mode: one per turn
         self.reasoning: list[tuple[int, int, int]] = []  # full mode: (turn, start, end) in the row
-        self.tokens = TokenTrajectory(chat, [system, first_user]) if config.context == "full" else None
+        self.prefill = (THINK_OPEN if env.config.require_think else ANSWER_OPEN) if config.prefill_tag else ""
+        self.tokens = (TokenTrajectory(chat, [system, first_user], prefill=self.prefill)
+                       if config.context == "full" else None)
         self.done = False
 
     @property
@@ -123,13 +130,13 @@ class _Episode:
     def prompt_ids(self) -> list[int]:
         if self.tokens is not None:
             return self.tokens.input_ids
-        return self.chat.prompt_ids(self.window_messages())
+        return self.chat.prompt_ids(self.window_messages(), self.prefill)
 
     def take_turn(self, prompt: list[int], ids: list[int], logprobs: list[float], finish_reason: str) -> None:
         k, ended_with_eos = self.turn, finish_reason == "eos"
-        text = reply_text(self.chat, ids, ended_with_eos)
+        text = self.prefill + reply_text(self.chat, ids, ended_with_eos)
         observation, reward, terminated, truncated, info = self.env.step(text)
-        span = reasoning_span(self.chat, ids)
+        span = reasoning_span(self.chat, ids, self.prefill)
         record = self.record
         record.turn_rewards.append(float(reward))
         record.response_texts.append(text)

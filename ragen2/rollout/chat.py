@@ -67,9 +67,9 @@ class ChatFormat:
         return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens,
                                      clean_up_tokenization_spaces=False)
 
-    def prompt_ids(self, messages: list[dict]) -> list[int]:
-        """The generation prompt for `messages`, rendered and encoded in one piece."""
-        return self.encode(self.render(messages, add_generation_prompt=True))
+    def prompt_ids(self, messages: list[dict], prefill: str = "") -> list[int]:
+        """The generation prompt for `messages` (+ the prefill), rendered and encoded in one piece."""
+        return self.encode(self.render(messages, add_generation_prompt=True) + prefill)
 
     def delta_after_reply(self, previous_prompt: str, reply: str, new_render: str) -> str:
         """The text `new_render` adds after `previous_prompt + reply` (see the module doc)."""
@@ -104,13 +104,14 @@ class TokenTrajectory:
     turn_index: list[int] = field(default_factory=list)
     turn_spans: list[tuple[int, int]] = field(default_factory=list)
     prompt_text: str = ""
+    prefill: str = ""  # text that opens every assistant turn in the prompt (RAGEN's "<think>")
     _last_reply: str | None = None
     _sampled_eos_text: str = ""
 
     def __post_init__(self) -> None:
         self.messages = list(self.messages)
         self.prompt_text = self.chat.render(self.messages, add_generation_prompt=True)
-        self._append_template(self.chat.encode(self.prompt_text))
+        self._append_template(self.chat.encode(self.prompt_text + self.prefill))
 
     def _append_template(self, ids: list[int]) -> None:
         self.input_ids.extend(ids)
@@ -123,7 +124,7 @@ class TokenTrajectory:
         return self._last_reply is None
 
     def add_reply(self, ids: list[int], logprobs: list[float], reply: str, *, ended_with_eos: bool) -> None:
-        """Append the sampled ids of the next turn; `reply` is their text as the env saw it."""
+        """Append the sampled ids of the next turn; `reply` is the prefill + their text, as the env saw it."""
         if not self.awaiting_reply:
             raise RuntimeError("add_reply twice in a row: add the next user message first")
         if len(ids) != len(logprobs) or not ids:
@@ -148,7 +149,7 @@ class TokenTrajectory:
         delta = self.chat.delta_after_reply(self.prompt_text, self._last_reply, new_render)
         if self._sampled_eos_text and delta.startswith(self._sampled_eos_text):
             delta = delta[len(self._sampled_eos_text):]  # the policy already wrote the closing token
-        self._append_template(self.chat.encode(delta))
+        self._append_template(self.chat.encode(delta + self.prefill))
         self.prompt_text = new_render
         self._last_reply = None
 
@@ -179,7 +180,7 @@ def _first_prefix_reaching(chat: ChatFormat, ids: list[int], chars: int) -> int:
     return lo
 
 
-def reasoning_span(chat: ChatFormat, ids: list[int]) -> tuple[int, int] | None:
+def reasoning_span(chat: ChatFormat, ids: list[int], prefill: str = "") -> tuple[int, int] | None:
     """(start, end) token indices, within `ids`, of the reasoning between <think> and </think>.
 
     Found on the decoded text (first <think>, then the first </think> after it) and mapped to
@@ -187,9 +188,10 @@ def reasoning_span(chat: ChatFormat, ids: list[int]) -> tuple[int, int] | None:
     the end of `<think>`; end is one past the last token that ends at or before the start of
     `</think>`. So ids[:start] holds all of `<think>` and ids[start:end] lies inside the
     reasoning (a token straddling a tag boundary is left out). None when there is no closed,
-    non-empty span.
+    non-empty span. `prefill` is text the prompt already wrote before `ids` (a prefilled
+    `<think>`): the tags are searched in prefill + ids, the span is still in `ids`.
     """
-    text = chat.decode(ids, skip_special_tokens=False)
+    text = prefill + chat.decode(ids, skip_special_tokens=False)
     open_at = text.find(THINK_OPEN)
     if open_at < 0:
         return None
@@ -197,6 +199,7 @@ def reasoning_span(chat: ChatFormat, ids: list[int]) -> tuple[int, int] | None:
     close_at = text.find(THINK_CLOSE, body_start)
     if close_at < 0:
         return None
-    start = _first_prefix_reaching(chat, ids, body_start)
-    end = _first_prefix_reaching(chat, ids, close_at + 1) - 1
+    offset = len(prefill)
+    start = _first_prefix_reaching(chat, ids, max(0, body_start - offset))
+    end = _first_prefix_reaching(chat, ids, close_at + 1 - offset) - 1
     return (start, end) if end > start else None
