@@ -3,8 +3,9 @@
     cfg = load_config(env="frozen_lake", algo="grpo", filter="snr-top-p",
                       overrides=["trainer.total_steps=50", "rollout.group_size=8"])
 
-Layers, later wins: `configs/base.yaml` → `configs/envs/<env>.yaml` → `configs/algos/<algo>.yaml`
-→ the filter preset (`configs/filters/<filter>.yaml`, owned by `snr/`) → overrides.
+Layers, later wins: `configs/base.yaml` → `configs/envs/<env>.yaml` (replaces the env section)
+→ `configs/algos/<algo>.yaml` → the filter preset (`configs/filters/<filter>.yaml`, owned by
+`snr/`) → extra files (`--config`, e.g. configs/paper/) → dotted overrides.
 Every section forbids unknown keys and checks its values, so a typo or a bad value fails
 here, naming the key and the allowed values, before any model loads.
 """
@@ -18,7 +19,15 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+def _config_dir() -> Path:
+    """The repository's configs/ (editable install) or the copy a wheel puts under share/."""
+    import sys
+
+    beside = Path(__file__).resolve().parent.parent / "configs"
+    return beside if beside.is_dir() else Path(sys.prefix) / "share" / "ragen2" / "configs"
+
+
+CONFIG_DIR = _config_dir()
 
 
 class ConfigError(ValueError):
@@ -143,6 +152,14 @@ class ProbeSection(Section):
     mode: Literal["first_turn", "trajectory"] = "first_turn"
     grad_every: int = Field(0, ge=0)  # gradient decomposition; 0 = off
     grad_buckets: int = Field(6, ge=1)
+    # Collapse detector (mi_probe.CollapseDetector): template collapse = MI-ZScore-EMA below
+    # collapse_mi_fraction x its mean over the first collapse_baseline_probes probes, for
+    # collapse_consecutive probes in a row, while entropy has not fallen with it.
+    collapse_mi_fraction: float = Field(0.5, gt=0.0, lt=1.0)
+    collapse_consecutive: int = Field(3, ge=1)
+    collapse_baseline_probes: int = Field(3, ge=1)
+    stop_on_collapse: bool = False  # stop the run on a template-collapse alert
+    stop_on_early_warning: bool = False  # ... and on a reward-std cliff or gradient-norm spike
 
 
 class Config(Section):
@@ -251,8 +268,11 @@ def build_config(data: dict) -> Config:
 
 
 def load_config(*, env: str | None = None, algo: str | None = None, filter: str | None = None,
-                overrides: list[str] = (), base: Path | None = None) -> Config:
-    """Compose the layers, validate once, and return the config."""
+                overrides: list[str] = (), base: Path | None = None, extra: list[Path] = ()) -> Config:
+    """Compose the layers, validate once, and return the config.
+
+    `extra` YAML files (e.g. configs/paper/*.yaml) are merged after the presets, before overrides.
+    """
     data = _read_yaml(base or CONFIG_DIR / "base.yaml")
     if env is not None:
         preset = _preset("envs", env)
@@ -261,6 +281,10 @@ def load_config(*, env: str | None = None, algo: str | None = None, filter: str 
         data = _merge(data, _preset("algos", algo))
     if filter is not None:
         data = _merge(data, {"filter": {"preset": filter, **_preset("filters", filter)}})
+    for path in extra:
+        if not Path(path).is_file():
+            raise ConfigError(f"config file {path} does not exist")
+        data = _merge(data, _read_yaml(Path(path)))
     for item in overrides:
         data = _merge(data, _parse_override(item))
     return build_config(data)

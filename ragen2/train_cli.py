@@ -19,6 +19,8 @@ def add_parser(commands) -> None:
     parser.add_argument("--env", help="env preset in configs/envs (default: base.yaml's env)")
     parser.add_argument("--algo", help="algo preset in configs/algos: ppo, grpo, dr-grpo, dapo, starpo, starpo-s")
     parser.add_argument("--filter", help="filter preset in configs/filters: none, starpo-s, snr-top-p, …")
+    parser.add_argument("--config", action="append", default=[], metavar="YAML",
+                        help="extra YAML merged after base.yaml (e.g. configs/paper/sokoban-ppo.yaml); repeatable")
     parser.add_argument("--model", help="'bundled' (SmolLM2-135M-Instruct), a hub id or a local path")
     parser.add_argument("--out", help="parent folder for run directories (default runs/)")
     parser.add_argument("--seed", type=int, help="trainer seed")
@@ -48,7 +50,7 @@ def compose(args):
         saved = run_dir / "config.yaml"
         if not saved.is_file():
             raise ConfigError(f"--resume {run_dir}: no config.yaml there (is it a run directory?)")
-        if any(presets.values()):
+        if any(presets.values()) or args.config:
             raise ConfigError("--resume continues a run with its saved config; presets cannot change")
         import yaml
 
@@ -59,7 +61,8 @@ def compose(args):
             data = _merge(data, _parse_override(item))
         return build_config(data), run_dir, True
 
-    cfg = load_config(env=presets["env"], algo=presets["algo"], filter=presets["filter"], overrides=overrides)
+    cfg = load_config(env=presets["env"], algo=presets["algo"], filter=presets["filter"], overrides=overrides,
+                      extra=[Path(p) for p in args.config])
     name = cfg.trainer.run_name or (
         f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.env.name}-{cfg.algo.name}-{cfg.filter.preset}-s{cfg.trainer.seed}")
     return cfg, Path(cfg.trainer.out) / name, False

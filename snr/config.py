@@ -24,8 +24,15 @@ DDOFS = (0, 1)
 # passes them as `scores` with metric "given".
 _CALLER_SCORED = ("reward", "reward_sum", "entropy", "entropy_variance", "entropy_std", "length")
 
-# configs/ lives at the repository root, next to this package's directory.
-PRESETS_DIR = Path(__file__).resolve().parent.parent / "configs" / "filters"
+def _presets_dir() -> Path:
+    """configs/filters at the repository root, or the copy a wheel installs under share/."""
+    import sys
+
+    beside = Path(__file__).resolve().parent.parent / "configs" / "filters"
+    return beside if beside.is_dir() else Path(sys.prefix) / "share" / "ragen2" / "configs" / "filters"
+
+
+PRESETS_DIR = _presets_dir()
 
 
 class FilterConfigError(ValueError):
