@@ -21,6 +21,7 @@ BUILTIN_MODULES = (
     "envs.frozen_lake",
     "envs.countdown",
     "envs.metamathqa",
+    "envs.searchqa",
 )
 
 

@@ -1,0 +1,441 @@
+"""SearchQA: answer a multi-hop question by searching paragraphs, HotpotQA style.
+
+Each turn is one action: `search[query]` shows the top-k paragraphs (titles and text,
+clipped to a character budget) for the query; `finish[answer]` submits an answer and ends
+the episode. Anything else in the answer tags is dropped with a reason, so a turn with
+neither gets the format penalty. Reward comes only from `finish`: 1 for an exact match
+after SQuAD normalisation, else the token F1 when it reaches `f1_threshold` (0.3), else 0;
+success = exact match. Running out of actions (10 by default) truncates with reward 0.
+
+Retrieval (envs/retrieval.py): BM25 over the question's own context paragraphs
+(HotpotQA's distractor setting gives ten: two gold, eight distractors), or over a corpus
+file (JSONL of {title, text}) when `corpus_path` is set.
+
+Questions (config `source`):
+- `builtin` (default): 43 invented two-hop questions shipped in envs/data/ in HotpotQA's
+  schema (see envs/data/searchqa_README.md), so the env works with no network.
+- `file`: a JSONL file of HotpotQA rows, or a JSON array such as hotpot_dev_distractor_v1.json.
+- `hub`: `datasets.load_dataset(hub_id, hub_config, split=split)`, imported only when used.
+Loaded questions are cached per source behind a lock and shared by every env copy.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import string
+import threading
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from envs.base import ActionOutcome, EnvConfig, EnvConfigError, TextEnv
+from envs.parsing import (
+    ACTION_SEPARATOR, ANSWER_CLOSE, MAX_DROPPED_RECORDED, DroppedAction, ParsedResponse, parse_response,
+)
+from envs.registry import register
+from envs.retrieval import RETRIEVER_KINDS, Passage, Retriever, corpus_retriever, make_retriever, tokenize
+
+BUILTIN_PATH = Path(__file__).resolve().parent / "data" / "searchqa_offline.jsonl"
+SOURCES = ("builtin", "file", "hub")
+MAX_ECHO_CHARS = 200  # how much of a query or answer the observation repeats back
+
+# --- SQuAD answer normalisation and scores -------------------------------------------
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCTUATION = frozenset(string.punctuation)
+# HotpotQA's evaluation scores these only by exact match: "no" must not half-match "no idea".
+_YES_NO = ("yes", "no", "noanswer")
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD's normalisation: lower case, drop punctuation, drop articles, squash whitespace."""
+    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def exact_match(prediction: str, gold: str) -> bool:
+    return normalize_answer(prediction) == normalize_answer(gold)
+
+
+def answer_f1(prediction: str, gold: str) -> float:
+    """Token-level F1 between the normalised answers (HotpotQA's yes/no rule included)."""
+    pred_norm, gold_norm = normalize_answer(prediction), normalize_answer(gold)
+    if (pred_norm in _YES_NO or gold_norm in _YES_NO) and pred_norm != gold_norm:
+        return 0.0
+    pred_tokens, gold_tokens = pred_norm.split(), gold_norm.split()
+    if not pred_tokens or not gold_tokens:  # SQuAD v2's rule: empty matches only empty
+        return float(pred_tokens == gold_tokens)
+    overlap = sum((Counter(pred_tokens) & Counter(gold_tokens)).values())
+    if overlap == 0:
+        return 0.0
+    # = 2PR/(P+R) with P = overlap/|pred|, R = overlap/|gold|; one division keeps 0.3 exactly 0.3
+    return 2 * overlap / (len(pred_tokens) + len(gold_tokens))
+
+
+def answer_reward(prediction: str, gold: str, f1_threshold: float = 0.3) -> tuple[float, bool, float]:
+    """(reward, exact match, F1): 1 for a match, else F1 if F1 >= threshold, else 0."""
+    em, f1 = exact_match(prediction, gold), answer_f1(prediction, gold)
+    reward = 1.0 if em else (f1 if f1 >= f1_threshold else 0.0)
+    return reward, em, f1
+
+
+# --- actions --------------------------------------------------------------------------
+
+_ACTION = re.compile(r"(search|finish)\s*\[(.*)\]", re.IGNORECASE | re.DOTALL)
+
+
+def canonical_action(piece: str) -> tuple[str, str] | str:
+    """`(canonical action, argument)` for `search[…]`/`finish[…]`, else why it is invalid."""
+    match = _ACTION.fullmatch(piece.strip())
+    if match is None:
+        return "not search[query] or finish[answer]"
+    verb, argument = match.group(1).lower(), match.group(2).strip()
+    if not argument:
+        return f"{verb}[] needs {'a query' if verb == 'search' else 'an answer'} inside the brackets"
+    return f"{verb}[{argument}]", argument
+
+
+# --- the env --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SearchQAConfig(EnvConfig):
+    max_actions_per_traj: int = 10
+    source: str = "builtin"  # builtin | file | hub
+    path: str = ""  # HotpotQA-schema JSONL or JSON array, for source='file'
+    hub_id: str = "hotpotqa/hotpot_qa"
+    hub_config: str = "distractor"
+    split: str = "train"  # the hub split; a file is one split
+    cache_dir: str = ""  # for datasets.load_dataset; "" = its default
+    corpus_path: str = ""  # JSONL of {title, text}: search it instead of the question's context
+    retriever: str = "bm25"
+    top_k: int = 3  # passages shown per search
+    max_obs_chars: int = 1500  # budget for the passages of one search, shared between them
+    f1_threshold: float = 0.3
+
+    def __post_init__(self) -> None:
+        if self.source not in SOURCES:
+            raise EnvConfigError(f"source must be one of {list(SOURCES)}, got {self.source!r}")
+        if self.source == "file" and not self.path:
+            raise EnvConfigError("source='file' needs path= a JSONL/JSON file in HotpotQA's schema")
+        if self.source != "file" and self.path:
+            raise EnvConfigError(f"path is only read with source='file' (source is {self.source!r})")
+        if self.source == "hub" and not (self.hub_id and self.split):
+            raise EnvConfigError("source='hub' needs a non-empty hub_id and split")
+        if self.retriever not in RETRIEVER_KINDS:
+            raise EnvConfigError(f"retriever must be one of {sorted(RETRIEVER_KINDS)}, got {self.retriever!r}")
+        if self.top_k < 1:
+            raise EnvConfigError(f"top_k must be >= 1, got {self.top_k}")
+        if self.max_obs_chars < 100:
+            raise EnvConfigError(f"max_obs_chars must be >= 100, got {self.max_obs_chars}")
+        if not 0.0 <= self.f1_threshold <= 1.0:
+            raise EnvConfigError(f"f1_threshold must be in [0, 1], got {self.f1_threshold}")
+        super().__post_init__()
+
+
+# --- questions in HotpotQA's schema ---------------------------------------------------
+
+
+class QADatasetError(ValueError):
+    """A question set that cannot be loaded or has a bad row; the message names where."""
+
+
+@dataclass(frozen=True)
+class MultiHopQuestion:
+    id: str
+    question: str
+    answer: str
+    type: str = ""
+    level: str = ""
+    supporting_facts: tuple[tuple[str, int], ...] = ()
+    context: tuple[Passage, ...] = ()
+
+    @property
+    def supporting_titles(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(title for title, _ in self.supporting_facts))
+
+
+def _pairs(value, keys: tuple[str, str], where: str) -> list[tuple]:
+    """HotpotQA's (title, x) lists in any of their three spellings, as a list of pairs:
+    `datasets` gives a dict of columns ({"title": [...], "sentences": [...]}), parquet
+    exports a list of {"title", ...} objects, the original JSON a list of [title, x]."""
+    first, second = keys
+    if isinstance(value, dict):
+        missing = [key for key in keys if key not in value]
+        if missing:
+            raise QADatasetError(f"{where}: missing key(s) {missing}")
+        if not isinstance(value[first], list) or not isinstance(value[second], list):
+            raise QADatasetError(f"{where}: '{first}' and '{second}' must be lists")
+        if len(value[first]) != len(value[second]):
+            raise QADatasetError(f"{where}: {len(value[first])} {first}s but {len(value[second])} {second}s")
+        return list(zip(value[first], value[second]))
+    if not isinstance(value, list):
+        raise QADatasetError(f"{where}: expected a list or an object of lists, got {type(value).__name__}")
+    pairs = []
+    for number, item in enumerate(value):
+        if isinstance(item, dict) and first in item and second in item:
+            pairs.append((item[first], item[second]))
+        elif isinstance(item, (list, tuple)) and len(item) == 2:
+            pairs.append(tuple(item))
+        else:
+            raise QADatasetError(f"{where}[{number}]: expected [{first}, {second}] or an object with both keys")
+    return pairs
+
+
+def question_from_row(row, where: str) -> MultiHopQuestion:
+    """Validate one HotpotQA-schema row; `where` names it in errors ("file.jsonl: line 3")."""
+    if not isinstance(row, dict):
+        raise QADatasetError(f"{where}: expected a JSON object, got {type(row).__name__}")
+    for field in ("question", "answer"):
+        if not isinstance(row.get(field), str) or not row[field].strip():
+            raise QADatasetError(f"{where}: field '{field}' must be a non-empty string "
+                                 f"(HotpotQA's fullwiki test split has no answers)")
+    context = []
+    for title, sentences in _pairs(row.get("context", []), ("title", "sentences"), f"{where}: context"):
+        if not isinstance(title, str) or not isinstance(sentences, list) or \
+                not all(isinstance(s, str) for s in sentences):
+            raise QADatasetError(f"{where}: context entries need a string title and a list of string sentences")
+        context.append(Passage(title.strip(), " ".join(s.strip() for s in sentences if s.strip())))
+    facts = []
+    for title, sent_id in _pairs(row.get("supporting_facts", []), ("title", "sent_id"), f"{where}: supporting_facts"):
+        if not isinstance(title, str) or not isinstance(sent_id, int) or isinstance(sent_id, bool):
+            raise QADatasetError(f"{where}: supporting_facts need a string title and an int sent_id")
+        facts.append((title.strip(), sent_id))
+    extras = {key: row.get(key) or "" for key in ("type", "level")}
+    identifier = row.get("id", row.get("_id", ""))
+    if not all(isinstance(v, str) for v in (*extras.values(), identifier)):
+        raise QADatasetError(f"{where}: fields 'id', 'type' and 'level' must be strings")
+    return MultiHopQuestion(identifier, row["question"].strip(), row["answer"].strip(), supporting_facts=tuple(facts),
+                            context=tuple(context), **extras)
+
+
+def read_question_file(path: Path) -> tuple[MultiHopQuestion, ...]:
+    """Read a JSONL file of HotpotQA rows, or one JSON array of them (the original release)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise QADatasetError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise QADatasetError(f"{path}: cannot read it as UTF-8 text ({error})") from None
+    questions: list[MultiHopQuestion] = []
+    if path.suffix != ".jsonl" and text.lstrip().startswith("["):
+        try:
+            rows = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise QADatasetError(f"{path}: not valid JSON ({error})") from None
+        questions = [question_from_row(row, f"{path}: row {n}") for n, row in enumerate(rows, start=1)]
+    else:  # JSONL: one row per non-blank line
+        for line_number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            where = f"{path}: line {line_number}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise QADatasetError(f"{where}: not valid JSON ({error.msg})") from None
+            questions.append(question_from_row(row, where))
+    if not questions:
+        raise QADatasetError(f"{path}: holds no questions")
+    return tuple(questions)
+
+
+class HubQuestions(Sequence):
+    """A hub dataset read row by row: 90k rows are not converted up front."""
+
+    def __init__(self, dataset, name: str):
+        self.dataset = dataset
+        self.name = name
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> MultiHopQuestion:
+        return question_from_row(self.dataset[int(index)], f"{self.name}: row {int(index)}")
+
+
+def load_hub_questions(hub_id: str, hub_config: str, split: str, cache_dir: str) -> HubQuestions:
+    name = f"hub dataset '{hub_id}' config '{hub_config}' split '{split}'"
+    try:
+        import datasets  # lazily: only the hub source needs it
+    except ImportError:
+        raise QADatasetError(f"{name}: source='hub' needs the 'datasets' package (pip install datasets)") from None
+    try:
+        dataset = datasets.load_dataset(hub_id, hub_config or None, split=split, cache_dir=cache_dir or None)
+    except Exception as error:  # offline, unknown id, bad split: datasets raises many types
+        raise QADatasetError(
+            f"could not load {name} ({type(error).__name__}: {error}). Without the Hugging Face hub, use "
+            f"source='builtin' (the shipped offline set) or source='file' with path= a HotpotQA JSON/JSONL file"
+        ) from error
+    missing = [column for column in ("question", "answer", "context") if column not in dataset.column_names]
+    if missing:
+        raise QADatasetError(f"{name}: missing column(s) {missing}; columns are {dataset.column_names}")
+    if len(dataset) == 0:
+        raise QADatasetError(f"{name}: holds no rows")
+    return HubQuestions(dataset, name)
+
+
+_CACHE: dict[tuple, Sequence[MultiHopQuestion]] = {}
+_CACHE_LOCK = threading.Lock()
+
+
+def load_questions(config: SearchQAConfig) -> Sequence[MultiHopQuestion]:
+    """The questions `config` names, loaded once per source and shared."""
+    if config.source == "hub":
+        key = ("hub", config.hub_id, config.hub_config, config.split, config.cache_dir)
+    else:
+        path = BUILTIN_PATH if config.source == "builtin" else Path(config.path).expanduser().resolve()
+        try:
+            stat = path.stat()
+            version = (stat.st_mtime_ns, stat.st_size)  # an edited file is read again
+        except OSError:
+            version = None  # read_question_file reports the missing file
+        key = ("file", str(path), version)
+    with _CACHE_LOCK:  # held while loading so two threads never load the same data twice
+        if key not in _CACHE:
+            if config.source == "hub":
+                _CACHE[key] = load_hub_questions(config.hub_id, config.hub_config, config.split, config.cache_dir)
+            else:
+                _CACHE[key] = read_question_file(Path(key[1]))
+        return _CACHE[key]
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: max(0, limit - 1)].rstrip() + "…"
+
+
+def format_results(passages: Sequence[Passage], budget: int) -> str:
+    """Number the passages; each gets an equal share of `budget` characters."""
+    if not passages:
+        return "No paragraph matched the query."
+    share = budget // len(passages)
+    return "\n".join(_clip(f"[{i}] {p.title}: {p.text}", share) for i, p in enumerate(passages, start=1))
+
+
+class SearchQAEnv(TextEnv):
+    config_cls = SearchQAConfig
+
+    def __init__(self, config: SearchQAConfig | None = None):
+        super().__init__(config)
+        # at construction, so a bad source or corpus fails early rather than at the first search
+        self.questions = load_questions(self.config)
+        self.corpus = (corpus_retriever(self.config.corpus_path, self.config.retriever)
+                       if self.config.corpus_path else None)
+        self.question: MultiHopQuestion | None = None
+        self.retriever: Retriever | None = None
+        self.index = -1
+        self.results: list[tuple[str, list[Passage]]] = []  # (query, passages) of this turn's searches
+        self.submitted: str | None = None
+        self.final_scores: dict | None = None
+        self._new_turn = True
+
+    @property
+    def instruction(self) -> str:
+        return (
+            "Answer a multi-hop question by searching a collection of paragraphs. Actions: search[query] shows "
+            f"the {self.config.top_k} paragraphs that best match the query; finish[answer] submits your final "
+            "answer and ends the episode. Give one action inside the answer tags, e.g. "
+            "<answer>search[Orlen Lighthouse]</answer> or <answer>finish[Cobbleford]</answer>. "
+            "Answers are short: a name, a number or yes/no."
+        )
+
+    def _reset(self, rng: np.random.Generator) -> dict:
+        self.index = int(rng.integers(len(self.questions)))
+        self.question = self.questions[self.index]
+        if self.corpus is None and not self.question.context:
+            raise QADatasetError(f"question {self.question.id or self.index!r} has no context paragraphs to search: "
+                                 f"give it some, or set corpus_path= a JSONL corpus of {{title, text}}")
+        self.retriever = self.corpus or make_retriever(self.config.retriever, self.question.context)
+        self.results, self.submitted, self.final_scores, self._new_turn = [], None, None, True
+        return {"index": self.index, "id": self.question.id, "type": self.question.type, "level": self.question.level}
+
+    def parse(self, response: str) -> ParsedResponse:
+        """The shared parser (free-form), then keep only `search[…]`/`finish[…]` pieces."""
+        parsed = parse_response(response, vocabulary=None, max_actions=self.config.max_actions_per_turn,
+                                require_think=self.config.require_think)
+        if not parsed.actions:
+            return parsed
+        actions: list[str] = []
+        dropped = list(parsed.dropped)
+        num_dropped = parsed.num_dropped
+        for piece in parsed.actions:
+            found = canonical_action(piece)
+            if isinstance(found, tuple):
+                actions.append(found[0])
+                continue
+            num_dropped += 1
+            if len(dropped) < MAX_DROPPED_RECORDED:
+                dropped.append(DroppedAction(piece, found))
+        error = None if actions else "no valid action: expected search[query] or finish[answer]"
+        return ParsedResponse(format_ok=True, think=parsed.think, answer=parsed.answer, actions=tuple(actions),
+                              dropped=tuple(dropped), num_dropped=num_dropped, error=error)
+
+    def step(self, response: str) -> tuple[str, float, bool, bool, dict]:
+        if not self.episode_over:
+            self._new_turn = True  # this turn's first search replaces the results on show
+        obs, reward, terminated, truncated, info = super().step(response)
+        if terminated or truncated:  # the answer's scores at the top level, for episode logs
+            scores = self.final_scores or {"em": False, "f1": 0.0}
+            info["em"], info["f1"] = scores["em"], scores["f1"]
+        return obs, reward, terminated, truncated, info
+
+    def _apply_action(self, action: str) -> ActionOutcome:
+        canonical, argument = canonical_action(action)  # parse() let only valid actions through
+        verb = canonical.split("[", 1)[0]
+        if verb == "finish":
+            reward, em, f1 = answer_reward(argument, self.question.answer, self.config.f1_threshold)
+            self.submitted = argument
+            self.final_scores = {"em": em, "f1": f1}
+            return ActionOutcome(reward, terminated=True, success=em,
+                                 info={"action": "finish", "em": em, "f1": f1, "gold": self.question.answer})
+        passages = self.retriever.search(argument, self.config.top_k)
+        if self._new_turn:
+            self.results, self._new_turn = [], False
+        self.results.append((argument, passages))
+        titles = [p.title for p in passages]
+        return ActionOutcome(0.0, info={
+            "action": "search", "query": _clip(argument, MAX_ECHO_CHARS), "titles": titles,
+            "supporting_found": sorted(set(titles) & set(self.question.supporting_titles)),
+        })
+
+    def render(self) -> str:
+        if self.question is None:
+            return "(no question yet: call reset)"
+        lines = [f"Question: {self.question.question}"]
+        if self.submitted is not None:  # the episode is over: only the answer is left to show
+            return "\n".join([*lines, f"You answered: {_clip(self.submitted, MAX_ECHO_CHARS)}"])
+        if not self.results:
+            lines.append("No search yet. Use search[query] to find paragraphs, then finish[answer].")
+        for query, passages in self.results:
+            lines.append(f"Results for search[{_clip(query, MAX_ECHO_CHARS)}]:")
+            lines.append(format_results(passages, self.config.max_obs_chars))
+        return "\n".join(lines)
+
+    def sample_action(self, rng: np.random.Generator) -> str:
+        """search[1–3 question words] mostly; finish[…] a quarter of the time, half of those the answer."""
+        words = tokenize(self.question.question) if self.question is not None else []
+        words = words or ["question"]
+        if rng.random() < 0.25:
+            answer = self.question.answer.strip() if self.question is not None else ""
+            if rng.random() < 0.5 and _round_trips("finish", answer):
+                return f"finish[{answer}]"
+            return f"finish[{words[int(rng.integers(len(words)))]}]"
+        count = int(rng.integers(1, min(3, len(words)) + 1))
+        picked = [words[int(i)] for i in rng.choice(len(words), size=count, replace=False)]
+        return f"search[{' '.join(picked)}]"
+
+
+def _round_trips(verb: str, argument: str) -> bool:
+    """Whether `verb[argument]` survives the parser unchanged (no separator or closing tag in it)."""
+    if not argument or ACTION_SEPARATOR in argument or ANSWER_CLOSE in argument:
+        return False
+    found = canonical_action(f"{verb}[{argument}]")
+    return isinstance(found, tuple) and found[0] == f"{verb}[{argument}]"
+
+
+register("searchqa", SearchQAEnv, SearchQAConfig(),
+         "Multi-hop QA with search[query] (BM25 over the question's paragraphs) and finish[answer]; "
+         "reward EM, else F1 >= 0.3 (offline: 43 invented two-hop questions in HotpotQA's schema)")
