@@ -22,6 +22,7 @@ BUILTIN_MODULES = (
     "envs.countdown",
     "envs.metamathqa",
     "envs.searchqa",
+    "envs.webshop",
 )
 
 
