@@ -43,11 +43,18 @@ def _deterministic(rows):
             for row in rows]
 
 
-@pytest.mark.parametrize("algo, env", [("ppo", "bandit"), ("grpo", "sokoban"), ("ppo", "frozen_lake"),
-                                        ("grpo", "bandit")])
-def test_a_few_steps_write_metrics_summary_and_checkpoint(tiny_model_dir, tmp_path, algo, env, capsys):
+@pytest.mark.parametrize("algo, env, extra", [
+    ("ppo", "bandit", []),
+    ("grpo", "sokoban", []),
+    ("ppo", "frozen_lake", ["rollout.context=window"]),
+    ("grpo", "bandit", ["model.lora_rank=4"]),
+    ("dr-grpo", "countdown", ["algo.kl_coef=0.01", "algo.kl_mode=reward"]),
+    ("ppo", "sokoban", ["algo.advantage=bilevel_gae", "algo.kl_coef=0.01"]),
+])
+def test_a_few_steps_write_metrics_summary_and_checkpoint(tiny_model_dir, tmp_path, algo, env, extra, capsys):
     code = _train(["--env", env, "--algo", algo, "--filter", "none", "--model", str(tiny_model_dir),
-                   "--out", str(tmp_path), "--steps", "2", "trainer.run_name=r", "rollout.max_turns=2", *TINY])
+                   "--out", str(tmp_path), "--steps", "2", "trainer.run_name=r", "rollout.max_turns=2", *TINY,
+                   *extra])
     assert code == 0
     run = tmp_path / "r"
     rows = read_metrics(run)
@@ -57,6 +64,9 @@ def test_a_few_steps_write_metrics_summary_and_checkpoint(tiny_model_dir, tmp_pa
                 "time/update_s", "throughput/update_tokens_per_s"):
         assert key in rows[0], key
     assert ("critic/value_loss" in rows[0]) == (algo == "ppo")
+    # A reference model exists only with a KL term; the first update moves the policy off it.
+    with_kl = algo == "grpo" or any("kl_coef" in item for item in extra)  # the grpo preset has a KL loss
+    assert rows[0]["update/kl_to_ref"] == 0.0 and (rows[1]["update/kl_to_ref"] > 0.0) == with_kl
     assert "val/success_rate" in rows[-1] and "val/pass@2" in rows[-1]
     summary = json.loads((run / "summary.json").read_text())
     assert summary["steps"] == 2 and summary["steps_trained"] == 2
