@@ -23,6 +23,7 @@ BUILTIN_MODULES = (
     "envs.metamathqa",
     "envs.searchqa",
     "envs.webshop",
+    "envs.deepcoder",
 )
 
 
