@@ -1,5 +1,6 @@
-"""Env throughput: steps/s and resets/s per registered env, plus Sokoban rooms/s against
-gym-sokoban's generator (measured side by side by benchmarks/sokoban_generation.py).
+"""Env throughput: steps/s and resets/s per registered env, sandbox executions/s of a trivial
+program (benchmarks/sandbox_throughput.py), and Sokoban rooms/s against gym-sokoban's generator
+(measured side by side by benchmarks/sokoban_generation.py).
 
     python benchmarks/env_throughput.py [--seconds 2] [--envs sokoban,countdown] [--skip-rooms]
 
@@ -69,6 +70,11 @@ def main() -> None:
     for name in names:
         print(f"measuring {name} …", file=sys.stderr)
         result["envs"][name] = measure_env(name, args.seconds)
+    import sandbox_throughput
+
+    print("measuring sandbox executions of print(1) …", file=sys.stderr)
+    sandbox_throughput.sandbox_once()  # warm up
+    result["sandbox_print1"] = sandbox_throughput.rate(sandbox_throughput.sandbox_once, args.seconds, 1)
     if not args.skip_rooms:
         import sokoban_generation
 
