@@ -115,10 +115,21 @@ class Optimizers:
     critic: torch.optim.Optimizer | None
 
 
+def _can_fuse(params: list[torch.Tensor]) -> bool | None:
+    """Fused AdamW (one kernel over all tensors) where torch has it: CPU and CUDA floating point.
+
+    The default on CPU loops over the parameters with several small ops each; fused makes one
+    pass over memory, which matters when the optimiser step touches all 135M parameters.
+    """
+    fusable = bool(params) and all(p.device.type in ("cpu", "cuda") and p.dtype.is_floating_point for p in params)
+    return True if fusable else None
+
+
 def build_optimizers(models: Models, cfg: Config) -> Optimizers:
     def adam(module: nn.Module, lr: float) -> torch.optim.Optimizer:
         params = [p for p in module.parameters() if p.requires_grad]
-        return torch.optim.AdamW(params, lr=lr, betas=cfg.optim.betas, weight_decay=cfg.optim.weight_decay)
+        return torch.optim.AdamW(params, lr=lr, betas=cfg.optim.betas, weight_decay=cfg.optim.weight_decay,
+                                 fused=_can_fuse(params))
 
     actor = adam(models.policy, cfg.optim.actor_lr)
     critic = adam(models.critic, cfg.optim.critic_lr) if models.critic is not None else None
@@ -132,11 +143,21 @@ class UpdateInputs:
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
     response_mask: torch.Tensor
-    old_log_probs: torch.Tensor
+    old_log_probs: torch.Tensor | None  # None: on-policy, see reuses_current_log_probs
     advantages: torch.Tensor
     ref_log_probs: torch.Tensor | None = None
     old_values: torch.Tensor | None = None
     returns: torch.Tensor | None = None
+
+
+def reuses_current_log_probs(optim, rows: int) -> bool:
+    """True when the update makes one optimiser step over the whole batch (one epoch, one mini-batch).
+
+    Then every log-prob is taken before any step, by the weights that sampled the rollout: the
+    old log-probs equal the current ones, the ratio is exactly 1, and the forward that would
+    compute them beforehand can be skipped (pass old_log_probs=None), as TRL does.
+    """
+    return optim.ppo_epochs == 1 and optim.mini_batch_size >= rows
 
 
 def _finite_grad_step(module: nn.Module, optimizer: torch.optim.Optimizer, max_norm: float) -> tuple[float, bool]:
@@ -171,11 +192,19 @@ def ppo_update(models: Models, optimizers: Optimizers, data: UpdateInputs, cfg: 
         totals[name] = totals.get(name, 0.0) + float(value)
         counts[name] = counts.get(name, 0) + 1
 
+    if data.old_log_probs is None and not reuses_current_log_probs(optim, rows):
+        raise ValueError("old_log_probs=None needs one optimiser step over the whole batch (ppo_epochs=1, "
+                         f"mini_batch_size >= {rows} rows); got ppo_epochs={optim.ppo_epochs}, "
+                         f"mini_batch_size={optim.mini_batch_size}")
+    lengths = data.attention_mask.sum(dim=1)
     skipped = 0
     for _ in range(optim.ppo_epochs):
         order = torch.randperm(rows, generator=generator)
         for start in range(0, rows, optim.mini_batch_size):
             mini = order[start:start + optim.mini_batch_size]
+            # Longest rows first, so each micro-batch holds rows of similar length: a micro-batch
+            # is trimmed to its longest row, and the gradient sum does not depend on the grouping.
+            mini = mini[torch.argsort(lengths[mini], descending=True, stable=True)]
             mask = data.response_mask[mini]
             total_tokens = max(1, int(mask.sum().item()))
             total_sequences = max(1, int((mask.sum(dim=1) > 0).sum().item()))
@@ -186,8 +215,9 @@ def ppo_update(models: Models, optimizers: Optimizers, data: UpdateInputs, cfg: 
                 ids, attn, rmask = data.input_ids[idx], data.attention_mask[idx], data.response_mask[idx]
                 log_probs, entropy = policy_log_probs(policy, ids, attn, rmask, cfg.rollout.temperature,
                                                       with_entropy=True)
+                old = data.old_log_probs[idx] if data.old_log_probs is not None else log_probs.detach()
                 pg_loss, pg_metrics = losses.ppo_clip_policy_loss(
-                    log_probs, data.old_log_probs[idx], data.advantages[idx], rmask,
+                    log_probs, old, data.advantages[idx], rmask,
                     clip_low=algo.clip_low, clip_high=algo.clip_high, dual_clip=algo.dual_clip,
                     agg_mode=algo.loss_agg, **totals_kw)
                 entropy_term = losses.aggregate_token_loss(entropy, rmask, algo.loss_agg, **totals_kw)

@@ -12,7 +12,8 @@ its last few tokens, so a stop string split across tokens is found), after an EO
 in the result), or at `max_new_tokens`. Finished rows leave the batch: the cache rows are
 dropped with `batch_select_indices` (benchmarks/generation.py measures the gain), so a long
 straggler does not make the batch pay for the rows already done. Identical prompts (a group's
-first turn) are prefilled once and their cache rows copied.
+first turn) are prefilled once and their cache rows copied, and so is the prefix all prompts
+share (the env's system message and instructions): see `_prefill`.
 
 Log-probs: `log_softmax(logits / temperature)` at the sampled token, in fp32 — the full
 temperature-scaled distribution, before top-p truncation, so they match what a trainer
@@ -27,6 +28,12 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 import torch
+
+try:  # transformers' cache API (4.56+ / 5.x); without it the model's own cache is used
+    from transformers import PreTrainedModel
+    from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
+except ImportError:  # pragma: no cover - another transformers layout
+    DynamicLayer = None
 
 FINISH_REASONS = ("stop", "eos", "length")
 
@@ -89,7 +96,7 @@ def sample_tokens(logits: torch.Tensor, temperature: float, top_p: float,
         tokens = logits.argmax(dim=-1)
         logprobs = torch.log_softmax(logits, dim=-1)
         return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
-    logprobs = torch.log_softmax(logits / temperature, dim=-1)
+    logprobs = torch.log_softmax(logits / temperature if temperature != 1 else logits, dim=-1)
     probs = logprobs.exp()
     if top_p < 1:
         # Keep the smallest set of most likely tokens whose mass reaches top_p (always >= 1 token).
@@ -100,9 +107,25 @@ def sample_tokens(logits: torch.Tensor, temperature: float, top_p: float,
     sample_device = generator.device if generator is not None else probs.device
     # A generator lives on one device: sample where it is (pass one on the model's device to
     # avoid copying the probabilities every step).
-    tokens = torch.multinomial(probs.to(sample_device), 1, generator=generator).squeeze(-1)
-    tokens = tokens.to(logits.device)
+    tokens = _inverse_cdf_draw(probs.to(sample_device), generator).to(logits.device)
     return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+def _inverse_cdf_draw(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """One token per row with P(token) = probs / row sum, from one uniform per row.
+
+    `torch.multinomial` draws an exponential for every vocabulary entry (49k per row per
+    step); this draws one number per row. The cumulative sum is in float64 so that a uniform
+    below 1 always lands strictly inside the mass, and `right=True` never picks a token whose
+    probability is 0 (its cumulative value equals its predecessor's).
+    """
+    cdf = probs.double().cumsum(dim=-1)
+    totals = cdf[:, -1]
+    if not bool((torch.isfinite(totals) & (totals > 0)).all()):
+        raise ValueError("cannot sample: a row's probabilities are not finite or sum to 0 (non-finite logits?)")
+    uniform = torch.rand(probs.shape[0], 1, generator=generator, device=probs.device, dtype=torch.float64)
+    tokens = torch.searchsorted(cdf, uniform * cdf[:, -1:], right=True).squeeze(-1)
+    return tokens.clamp(max=probs.shape[-1] - 1)
 
 
 class _StopChecker:
@@ -144,21 +167,133 @@ def generate(model, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, te
         model.train(was_training)
 
 
-def _prefill(model, prompts, pad_token_id, device):
-    """One forward over the left-padded prompts: (cache, last logits, attention mask, next positions)."""
+if DynamicLayer is not None:
+    class _PreallocatedLayer(DynamicLayer):
+        """One layer's keys and values in buffers with room for the whole generation.
+
+        transformers' DynamicLayer concatenates on every token, copying the layer's whole cache
+        each step (a quarter of a batched decode step on CPU); here a token is written in
+        place and the attention reads views of the filled part.
+        """
+
+        def __init__(self, capacity: int):
+            super().__init__()
+            self.capacity, self.length = capacity, 0
+
+        def lazy_initialization(self, key_states, value_states) -> None:
+            self.device = key_states.device
+            self._keys = key_states.new_empty(*key_states.shape[:2], self.capacity, key_states.shape[3])
+            self._values = value_states.new_empty(*value_states.shape[:2], self.capacity, value_states.shape[3])
+            self.is_initialized = True
+
+        def _expose(self) -> None:
+            self.keys, self.values = self._keys[:, :, :self.length], self._values[:, :, :self.length]
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            end = self.length + key_states.shape[-2]
+            if end > self._keys.shape[-2]:  # more than planned: grow (rare, e.g. a reused cache)
+                extra = end + self.capacity - self._keys.shape[-2]
+                pad = lambda t: torch.cat([t, t.new_empty(*t.shape[:2], extra, t.shape[3])], dim=-2)  # noqa: E731
+                self._keys, self._values = pad(self._keys), pad(self._values)
+            self._keys[:, :, self.length:end] = key_states
+            self._values[:, :, self.length:end] = value_states
+            self.length = end
+            self._expose()
+            return self.keys, self.values
+
+        def get_seq_length(self) -> int:
+            return self.length
+
+        def batch_select_indices(self, indices: torch.Tensor) -> None:
+            if self.length:
+                self._keys, self._values = self._keys[indices], self._values[indices]
+                self._expose()
+
+        def batch_repeat_interleave(self, repeats: int) -> None:
+            self.batch_select_indices(torch.arange(self._keys.shape[0], device=self.device).repeat_interleave(repeats))
+
+        def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+            self.batch_select_indices(beam_idx)
+
+        def crop(self, tokens_to_remove: int) -> None:
+            raise NotImplementedError("the generation cache does not crop")
+
+        def reset(self) -> None:
+            self.length = 0
+            super().reset()
+
+
+def _new_cache(model, capacity: int):
+    """A cache with room for `capacity` positions, or None (the model then makes its own)."""
+    if DynamicLayer is None:
+        return None
+    base = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model  # LoRA
+    if not isinstance(base, PreTrainedModel):
+        return None
+    cache = DynamicCache()
+    Cache.__init__(cache, layer_class_to_replicate=lambda: _PreallocatedLayer(capacity))
+    return cache
+
+
+def shared_prefix_length(prompts) -> int:
+    """Tokens every prompt starts with, leaving each at least one token of its own (whose logits we need)."""
+    shortest = min(len(p) for p in prompts)
+    first = prompts[0]
+    for i in range(shortest - 1):
+        if any(p[i] != first[i] for p in prompts[1:]):
+            return i
+    return max(shortest - 1, 0)
+
+
+# Below this many shared tokens the extra forward for the prefix costs about what it saves.
+MIN_SHARED_PREFIX = 16
+
+
+def _prefill(model, prompts, pad_token_id, device, cache=None):
+    """Forward the prompts: (cache, last logits, attention mask, next positions).
+
+    Prompts of one env share their system message and instructions: that common prefix is
+    run once (batch 1), its cache rows copied to every prompt, and only the rest of each prompt
+    is run, left-padded. The pads then sit between the prefix and the suffix; the attention
+    mask hides them and positions count real tokens only, so every row sees what it would see
+    alone. `cache`: an empty cache to fill (None: the model makes one).
+    """
+    shared = shared_prefix_length(prompts) if len(prompts) > 1 else 0
+    past, prefix_mask = cache, torch.zeros((len(prompts), 0), dtype=torch.long, device=device)
+    # The prefix's logits are never read: run the decoder body alone (models without one, like
+    # test stand-ins, run whole prompts).
+    body = model.get_decoder() if callable(getattr(model, "get_decoder", None)) else None
+    if shared >= MIN_SHARED_PREFIX and body is not None:
+        prefix = torch.as_tensor([list(prompts[0][:shared])], dtype=torch.long, device=device)
+        ones = torch.ones_like(prefix)
+        given = {_cache_argument(body): cache} if cache is not None else {}
+        past = _output_cache(body(input_ids=prefix, attention_mask=ones, position_ids=ones.cumsum(-1) - 1,
+                                  use_cache=True, **given))
+        if hasattr(past, "batch_select_indices"):
+            past.batch_select_indices(torch.zeros(len(prompts), dtype=torch.long, device=device))
+            prompts = [p[shared:] for p in prompts]
+            prefix_mask = torch.ones((len(prompts), shared), dtype=torch.long, device=device)
+        else:  # a cache we cannot copy rows of: run whole prompts
+            past = None
     batch, longest = len(prompts), max(len(p) for p in prompts)
     input_ids = torch.full((batch, longest), pad_token_id, dtype=torch.long)
-    attention_mask = torch.zeros((batch, longest), dtype=torch.long)
+    suffix_mask = torch.zeros((batch, longest), dtype=torch.long)
     for row, prompt in enumerate(prompts):
         input_ids[row, longest - len(prompt):] = torch.as_tensor(list(prompt), dtype=torch.long)
-        attention_mask[row, longest - len(prompt):] = 1
-    input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
-    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # each row counts from its first real token
-    # Only the last position's logits are needed: skip the [batch, length, vocab] head output.
-    keep_last = {"logits_to_keep": 1} if "logits_to_keep" in _forward_parameters(model) else {}
-    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                use_cache=True, **keep_last)
+        suffix_mask[row, longest - len(prompt):] = 1
+    attention_mask = torch.cat([prefix_mask, suffix_mask.to(device)], dim=-1)
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)[:, prefix_mask.shape[1]:]  # real tokens only
+    cache = {_cache_argument(model): past} if past is not None else {}
+    out = model(input_ids=input_ids.to(device), attention_mask=attention_mask, position_ids=position_ids,
+                use_cache=True, **cache, **_keep_last_logits(model))
     return _output_cache(out), out.logits[:, -1, :], attention_mask, attention_mask.sum(-1)
+
+
+def _keep_last_logits(model) -> dict:
+    """Only the last position's logits are needed: skip the [batch, length, vocab] head output."""
+    return {"logits_to_keep": 1} if "logits_to_keep" in _forward_parameters(model) else {}
 
 
 def _generate(model, prompts, max_new_tokens, temperature, top_p, stop_strings, eos_ids, pad_token_id,
@@ -170,7 +305,9 @@ def _generate(model, prompts, max_new_tokens, temperature, top_p, stop_strings, 
     # then copy its cache rows (a G-fold saving on the first turn's prefill).
     distinct: dict[tuple[int, ...], int] = {}
     expand = [distinct.setdefault(tuple(int(t) for t in p), len(distinct)) for p in prompts]
-    past, logits, attention_mask, next_position = _prefill(model, list(distinct), pad_token_id, device)
+    capacity = max(len(p) for p in prompts) + max_new_tokens
+    past, logits, attention_mask, next_position = _prefill(model, list(distinct), pad_token_id, device,
+                                                           _new_cache(model, capacity))
     if len(distinct) < batch:
         if hasattr(past, "batch_select_indices"):
             index = torch.tensor(expand, device=device)
