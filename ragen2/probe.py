@@ -1,12 +1,28 @@
-"""Wires `mi_probe` into training: every `probe.every` steps, on the batch before filtering,
-score each first-turn reasoning under every group's first prompt (first-turn mode).
+"""Wires `mi_probe` into training: the MI probe and the collapse detector.
 
-The probe draws its subsample from its own RNG keyed by (step), never from the training
+Probe: every `probe.every` steps, on the batch before filtering, cross-score reasoning
+segments under prompts and log the MI estimates (`probe/...`), timed on their own
+(`probe/time_s`) and left out of the step time. Two ways to pick the pairs
+(`probe.mode`):
+
+* `first_turn`: one column per group, its first-turn prompt; rows are first-turn
+  reasoning segments, subsampled to `num_samples` without replacement.
+* `trajectory`: `num_samples` (trajectory m, turn t) pairs drawn i.i.d. with
+  probability 1/M * 1/T_m (T_m = m's turns with a reasoning segment, M = trajectories
+  with at least one), so every trajectory weighs the same whatever its length. Each
+  pair is its own column: the prompt is the whole context before that turn's reasoning.
+
+The probe draws its subsample from its own RNG keyed by the step, never from the training
 generator, so turning it on or off does not change the training trajectory.
+
+CollapseWatch: each step's logged series go to `mi_probe.CollapseDetector`; its alerts
+become `alert` events in the run directory (and a printed line), and stop the run when
+`probe.stop_on_collapse` / `probe.stop_on_early_warning` say so.
 """
 
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
@@ -15,6 +31,15 @@ import mi_probe
 from ragen2.config import ProbeSection
 
 THINK_OPEN = "<think>"
+PROBE_STREAM = 0x9B0BE  # keys the probe's RNG apart from everything else seeded by the step
+EARLY_WARNINGS = ("reward_std_cliff", "grad_norm_spike")
+# detector input -> the metric key the trainer logs it under
+WATCHED_SERIES = {
+    "mi_zscore_ema": "probe/mi_zscore_ema",
+    "entropy": "actor/entropy",
+    "reward_std": "rollout/in_group_reward_std_mean",
+    "grad_norm": "actor/grad_norm",
+}
 
 
 class Probe:
@@ -33,16 +58,29 @@ class Probe:
         if not self.due(step):
             return {}
         started = time.perf_counter()
-        prompts, reasonings, owners = self.first_turn_pairs(batch, step)
-        if len(set(owners)) < 2:
-            return {"probe/skipped_too_few_groups": 1.0, "probe/time_s": time.perf_counter() - started}
-        scores = mi_probe.cross_score(policy, prompts, reasonings, owners, pad_token_id=self.pad_id)
-        metrics = mi_probe.mi_metrics_both(scores.L, scores.L_sum, scores.owner, column_ids=scores.column_ids)
-        metrics.update(self.ema.update(metrics))
-        metrics["num_empty_dropped"] = float(scores.num_empty_dropped)
-        out = {f"probe/{key}": float(value) for key, value in metrics.items()}
+        out = self.measure(policy, batch, step, update_ema=True)
         out["probe/time_s"] = time.perf_counter() - started
         return out
+
+    def measure(self, policy, batch, step: int, update_ema: bool = True) -> dict:
+        """`probe/...` metrics of one batch (MI-ZScore-EMA only when the EMA is updated)."""
+        prompts, reasonings, owners = self.pairs(batch, step)
+        if len(set(owners)) < 2:
+            return {"probe/skipped_too_few_groups": 1.0, "probe/num_pairs": float(len(owners))}
+        scores = mi_probe.cross_score(policy, prompts, reasonings, owners, pad_token_id=self.pad_id)
+        if len(set(scores.owner.tolist())) < 2:  # every other reasoning was empty
+            return {"probe/skipped_too_few_groups": 1.0, "probe/num_pairs": float(len(owners))}
+        metrics = mi_probe.mi_metrics_both(scores.L, scores.L_sum, scores.owner, column_ids=scores.column_ids)
+        if update_ema:
+            metrics.update(self.ema.update(metrics))
+        metrics["num_empty_dropped"] = float(scores.num_empty_dropped)
+        return {f"probe/{key}": float(value) for key, value in metrics.items()}
+
+    def pairs(self, batch, step: int):
+        """(prompts, reasonings, owners) for cross-scoring, in the configured mode."""
+        if self.cfg.mode == "trajectory":
+            return self.trajectory_pairs(batch, step)
+        return self.first_turn_pairs(batch, step)
 
     def first_turn_pairs(self, batch, step: int):
         """Columns: each group's first prompt + `<think>`; rows: first-turn reasoning segments."""
@@ -58,7 +96,7 @@ class Probe:
         groups = sorted(prompt_of_group)
         column = {group: index for index, group in enumerate(groups)}
         spans = [(row, start, end) for row, turn, start, end in batch.reasoning_spans if turn == 0 and end > start]
-        rng = np.random.default_rng([step, 0x9B0BE])
+        rng = np.random.default_rng([step, PROBE_STREAM])
         if len(spans) > self.cfg.num_samples:
             picked = sorted(rng.choice(len(spans), size=self.cfg.num_samples, replace=False).tolist())
             spans = [spans[i] for i in picked]
@@ -66,8 +104,79 @@ class Probe:
         owners = [column[group_of_row[row]] for row, _, _ in spans]
         return [prompt_of_group[g] for g in groups], reasonings, owners
 
+    def trajectory_pairs(self, batch, step: int):
+        """`num_samples` (trajectory, turn) pairs, P = 1/M * 1/T_m; one column per pair."""
+        turns_of: dict[int, list[tuple[int, int, int]]] = {}  # trajectory -> its (row, start, end) by turn
+        traj_of_row = batch.traj_index.tolist()
+        for row, turn, start, end in sorted(batch.reasoning_spans, key=lambda s: (traj_of_row[s[0]], s[1])):
+            if end > start:
+                turns_of.setdefault(traj_of_row[row], []).append((row, start, end))
+        trajectories = sorted(turns_of)
+        counts = [len(turns_of[m]) for m in trajectories]
+        rng = np.random.default_rng([step, PROBE_STREAM])
+        picked = mi_probe.sample_trajectory_turns(counts, self.cfg.num_samples, rng=rng)
+        spans = [turns_of[trajectories[m]][t] for m, t in picked]
+        prompts = [batch.input_ids[row, :start].tolist() for row, start, _ in spans]
+        reasonings = [batch.input_ids[row, start:end].tolist() for row, start, end in spans]
+        return prompts, reasonings, list(range(len(spans)))
+
     def state_dict(self) -> dict:
         return {"ema": self.ema.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         self.ema.load_state_dict(state["ema"])
+
+
+class CollapseWatch:
+    """The collapse detector over a run's logged series, with alerts as run events."""
+
+    def __init__(self, cfg: ProbeSection):
+        self.cfg = cfg
+        self.detector = mi_probe.CollapseDetector(detector_config(cfg))
+
+    def observe(self, step: int, metrics: dict, log=None) -> dict:
+        """Feed one step's metrics; log each alert; return `alert/...` metrics (+ `stop_reason`)."""
+        alerts = self.detector.update(step, **series_values(metrics))
+        out: dict = {}
+        for alert in alerts:
+            out[f"alert/{alert.kind}"] = 1.0
+            if log is not None:
+                log.event("alert", alert=alert.kind, message=alert.message, step=step, numbers=alert.numbers)
+        stopping = [a for a in alerts if (a.kind == "template_collapse" and self.cfg.stop_on_collapse)
+                    or (a.kind in EARLY_WARNINGS and self.cfg.stop_on_early_warning)]
+        if stopping:
+            out["stop_reason"] = stopping[0].kind
+            if log is not None:
+                log.event("stop", reason=stopping[0].kind, message=f"stopping the run: {stopping[0].message}",
+                          step=step)
+        return out
+
+    def state_dict(self) -> dict:
+        return self.detector.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.detector.load_state_dict(state)
+
+
+def detector_config(cfg: ProbeSection) -> mi_probe.CollapseDetectorConfig:
+    return mi_probe.CollapseDetectorConfig(baseline_points=cfg.collapse_baseline_probes,
+                                           mi_fraction=cfg.collapse_mi_fraction,
+                                           mi_consecutive=cfg.collapse_consecutive)
+
+
+def series_values(metrics: dict) -> dict[str, float]:
+    """The detector's inputs present in `metrics`; a non-finite value is dropped (the update
+    already skipped it), except the gradient norm, where it is itself the alarm."""
+    values = {}
+    for name, key in WATCHED_SERIES.items():
+        value = metrics.get(key)
+        if isinstance(value, str):  # the run log writes NaN/inf as strings
+            try:
+                value = float(value)
+            except ValueError:
+                continue
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            continue
+        if math.isfinite(value) or name == "grad_norm":
+            values[name] = float(value)
+    return values

@@ -19,6 +19,7 @@ import torch
 import envs
 import snr
 from ragen2 import checkpoint as ckpt
+from ragen2 import grad_decomp
 from ragen2 import probe as probe_lib
 from ragen2.algos import advantages as adv_lib
 from ragen2.algos import losses
@@ -41,6 +42,7 @@ class Run:
     stop_policy: snr.StopPolicy
     probe: probe_lib.Probe
     log: RunLog
+    watch: probe_lib.CollapseWatch  # collapse alerts over the logged series
     step: int = 0
     nonfinite_skips: int = 0
     summary: dict = field(default_factory=dict)
@@ -144,6 +146,7 @@ def train_step(run: Run) -> dict:
     metrics.update(timer.metrics())
     metrics["time/step_s"] = round(sum(timer.seconds.values()), 4)
     metrics["throughput/rollout_tokens_per_s"] = batch.num_response_tokens / max(timer.seconds["rollout"], 1e-9)
+    metrics.update(run.watch.observe(run.step, metrics, run.log))  # alerts -> events (+ stop_reason if configured)
     if decision.stop:
         metrics["stop_reason"] = decision.reason
         run.log.event("stop", reason=decision.reason, message=decision.message, step=run.step)
@@ -171,11 +174,13 @@ def update_on(run: Run, batch: RolloutBatch, selection, timer: Timer) -> dict:
     with timer("advantages"):
         advantages, returns = compute_advantages(cfg, batch, values, old, ref)
     data = local.UpdateInputs(ids, attn, mask, old, advantages, ref, values, returns)
+    decomposition = grad_decomp.maybe_decompose(run, batch, data)  # diagnostic, timed apart (grad/time_s)
     scale = snr.kept_fraction_scale(selection.kept_fraction, cfg.algo.filter_loss_scaling)
     with timer("update"):
         metrics = local.ppo_update(models, run.optimizers, data, cfg, run.generator, loss_scale=scale)
     tokens = batch.num_tokens * cfg.optim.ppo_epochs
     metrics["throughput/update_tokens_per_s"] = tokens / max(timer.seconds["update"], 1e-9)
+    metrics.update(decomposition)
     metrics["update/kl_to_ref"] = (float(losses.kl_loss(old, ref, mask, cfg.algo.kl_estimator))
                                    if ref is not None else 0.0)
     run.nonfinite_skips += int(metrics["actor/nonfinite_skipped_minibatches"])
@@ -195,7 +200,7 @@ def validate(run: Run) -> dict:
 
 def _state(run: Run) -> dict:
     return {"stop_policy": run.stop_policy.state_dict(), "probe": run.probe.state_dict(),
-            "nonfinite_skips": run.nonfinite_skips}
+            "collapse_detector": run.watch.state_dict(), "nonfinite_skips": run.nonfinite_skips}
 
 
 def save(run: Run) -> None:
@@ -213,7 +218,8 @@ def setup(cfg: Config, run_dir: Path, resume: bool = False, quiet: bool = False,
     optimizers = local.build_optimizers(models, cfg)
     generator = torch.Generator().manual_seed(cfg.trainer.seed)
     run = Run(cfg, run_dir, models, optimizers, generator, filter_config(cfg), snr.StopPolicy(stop_config(cfg)),
-              probe_lib.Probe(cfg.probe, models.tokenizer), log=None)  # type: ignore[arg-type]
+              probe_lib.Probe(cfg.probe, models.tokenizer), log=None,  # type: ignore[arg-type]
+              watch=probe_lib.CollapseWatch(cfg.probe))
     resume_step = 0
     latest = ckpt.latest_checkpoint(run_dir) if resume else None
     if latest is not None:
@@ -221,6 +227,8 @@ def setup(cfg: Config, run_dir: Path, resume: bool = False, quiet: bool = False,
         run.step = resume_step = state["step"]
         run.stop_policy.load_state_dict(state["stop_policy"])
         run.probe.load_state_dict(state["probe"])
+        if "collapse_detector" in state:  # absent in checkpoints written before the detector was wired
+            run.watch.load_state_dict(state["collapse_detector"])
         run.nonfinite_skips = state["nonfinite_skips"]
     run.log = RunLog(run_dir, cfg.trainer.total_steps, json.loads(cfg.model_dump_json()),
                      resume_step=resume_step, use_wandb=cfg.trainer.wandb,

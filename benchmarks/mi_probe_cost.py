@@ -1,0 +1,136 @@
+"""What the MI probe costs; prints JSON.
+
+    python benchmarks/mi_probe_cost.py [--groups 8] [--group-size 4] [--max-new-tokens 64]
+                                       [--mode first_turn] [--num-samples 64] [--every 5] [--threads 2]
+
+On a real rollout batch of the bundled SmolLM2-135M-Instruct (think-mode Bandit, the CPU
+default training config otherwise), measured in one process so the numbers are ratios on
+the same machine state:
+
+1. probe time (cross-scoring + estimators, as the trainer runs it) vs one old-log-prob pass
+   over the same batch (the cheapest pass a training step makes);
+2. batched cross-scoring (one KV-cached prefill per prompt, reasoning rows in micro-batches)
+   vs the naive loop (one full forward per (reasoning, prompt) pair) on the same pairs, with
+   the largest |L_batched - L_naive| as a check that they compute the same thing;
+3. one full training step (`trainer.train_step`, probe off; its rollout is the batch probed
+   above), and the probe's amortised share
+   of step time at `--every` (probe time / (every x step time); targets: speed-up >= 5x,
+   share <= 5%).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import mi_probe  # noqa: E402
+from ragen2 import probe as probe_lib  # noqa: E402
+from ragen2 import trainer  # noqa: E402
+from ragen2.config import ProbeSection, load_config  # noqa: E402
+from ragen2.engines import local  # noqa: E402
+
+
+def timed(fn, *args, **kwargs):
+    started = time.perf_counter()
+    out = fn(*args, **kwargs)
+    return out, time.perf_counter() - started
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--groups", type=int, default=8)
+    parser.add_argument("--group-size", type=int, default=4)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--temperature", type=float, default=0.7)
+    parser.add_argument("--mode", choices=("first_turn", "trajectory"), default="first_turn")
+    parser.add_argument("--num-samples", type=int, default=ProbeSection().num_samples)
+    parser.add_argument("--every", type=int, default=ProbeSection().every, help="probe cadence for the share")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--skip-naive", action="store_true", help="leave out the (slow) naive loop")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    cfg = load_config(env="bandit", overrides=[
+        f"rollout.num_groups={args.groups}", f"rollout.group_size={args.group_size}",
+        f"rollout.max_new_tokens={args.max_new_tokens}", f"rollout.temperature={args.temperature}",
+        "probe.every=0", "trainer.total_steps=1", "model.device=cpu"])
+    with tempfile.TemporaryDirectory() as folder:
+        run, load_s = timed(trainer.setup, cfg, Path(folder) / "run", quiet=True)
+        policy, tokenizer = run.models.policy, run.models.tokenizer
+
+        # 3. a real training step (probe off), keeping the batch it rolled out for the probe
+        rolled_out = []
+
+        def rollout_and_keep(*call_args, **call_kwargs):
+            rolled_out.append(trainer_rollout(*call_args, **call_kwargs))
+            return rolled_out[-1]
+
+        trainer_rollout, trainer.rollout = trainer.rollout, rollout_and_keep
+        step_metrics, step_s = timed(trainer.train_step, run)
+        trainer.rollout = trainer_rollout
+        batch = rolled_out[0]
+        probe = probe_lib.Probe(ProbeSection(every=1, mode=args.mode, num_samples=args.num_samples), tokenizer)
+
+        # 1. the probe as the trainer runs it vs one old-log-prob pass
+        probe_metrics, probe_s = timed(probe.measure, policy, batch, 0)
+        ids, attn, mask = batch.input_ids, batch.attention_mask, batch.response_mask
+        micro = cfg.optim.micro_batch_size
+        _, old_log_prob_s = timed(local.batched, lambda i, a, m: local.policy_log_probs(
+            policy, i, a, m, cfg.rollout.temperature)[0], micro, ids, attn, mask)
+
+        # 2. batched vs naive cross-scoring on the same pairs
+        prompts, reasonings, owners = probe.pairs(batch, 0)
+        result = {}
+        if len(set(owners)) >= 2:
+            fast, fast_s = timed(mi_probe.cross_score, policy, prompts, reasonings, owners,
+                                 pad_token_id=probe.pad_id)
+            result.update(cross_score_batched_s=fast_s)
+            if not args.skip_naive:
+                naive, naive_s = timed(mi_probe.cross_score_naive, policy, prompts, reasonings, owners)
+                result.update(cross_score_naive_s=naive_s, batched_speedup=naive_s / fast_s,
+                              max_abs_diff_L=float((fast.L - naive.L).abs().max()))
+
+    reasoning_tokens = [len(z) for z in reasonings]
+    step_s_reported = step_metrics["time/step_s"]
+    out = {
+        "machine": {"platform": platform.platform(), "torch": torch.__version__, "threads": args.threads},
+        "model": "SmolLM2-135M-Instruct (bundled), fp32, CPU",
+        "batch": {"groups": args.groups, "group_size": args.group_size, "rows": len(batch),
+                  "padded_width": int(ids.shape[1]), "tokens": batch.num_tokens,
+                  "response_tokens": batch.num_response_tokens, "reasoning_spans": len(batch.reasoning_spans)},
+        "probe": {"mode": args.mode, "columns": len(prompts), "distinct_prompts": len({tuple(p) for p in prompts}),
+                  "rows": len(reasonings), "reasoning_tokens_mean": (sum(reasoning_tokens) / len(reasoning_tokens)
+                                                                     if reasoning_tokens else 0.0),
+                  "skipped": bool(probe_metrics.get("probe/skipped_too_few_groups")),
+                  "mi_estimate": probe_metrics.get("probe/mi_estimate"),
+                  "retrieval_accuracy@1": probe_metrics.get("probe/retrieval_accuracy@1")},
+        "seconds": {"model_load": load_s, "train_step": step_s, "train_step_logged": step_s_reported,
+                    "rollout": step_metrics["time/rollout_s"], "probe": probe_s,
+                    "old_log_prob_pass": old_log_prob_s, **result},
+        "probe_over_old_log_prob_pass": probe_s / old_log_prob_s,
+        "probe_every": args.every,
+        # the trainer leaves probe time out of time/step_s, so the share is against the logged step time
+        "amortised_share_of_step_time": probe_s / (args.every * step_s_reported) if args.every else 0.0,
+        "targets": {"batched_speedup_min": 5.0, "amortised_share_max": 0.05},
+    }
+    if "batched_speedup" in result:
+        out["batched_speedup"] = result["batched_speedup"]
+    out["meets_targets"] = {
+        "batched_speedup": out.get("batched_speedup", 0.0) >= 5.0 if "batched_speedup" in out else None,
+        "amortised_share": out["amortised_share_of_step_time"] <= 0.05,
+    }
+    print(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

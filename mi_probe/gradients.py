@@ -1,0 +1,154 @@
+"""Gradient decomposition: the policy gradient split into its task, entropy and KL parts.
+
+RAGEN-2 bounds the task gradient of a prompt group by its reward spread,
+``||g_task|| <= C * sqrt(Var(R | x))``: a group whose members all scored the same
+carries no task signal, and its update is the regularisers alone. To read that off
+a run, the groups of a batch are bucketed by their in-group reward std, and within
+each bucket the gradient of every loss term is taken separately (no optimiser step):
+
+* ``task``    -- the clipped policy loss
+* ``entropy`` -- the entropy term (the loss subtracts ``entropy_coef`` x it)
+* ``kl``      -- the KL-to-reference term (the loss adds ``kl_coef`` x it)
+
+so that ``task - entropy_coef * entropy + kl_coef * kl`` is the gradient of the
+total loss. This module holds the pure parts: bucketing, per-term gradients on a
+shared graph, and norms / cosines. The trainer supplies the loss terms.
+
+Pure torch; imports nothing from ``ragen2``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from itertools import combinations
+
+import numpy as np
+import torch
+
+__all__ = [
+    "ALL_BUCKET",
+    "accumulate",
+    "combine",
+    "component_metrics",
+    "gradient_components",
+    "norm",
+    "quantile_buckets",
+    "zeros_like_params",
+]
+
+ALL_BUCKET = "all"
+Grads = list[torch.Tensor]  # one tensor per parameter, in the parameter order given
+
+
+def quantile_buckets(group_spreads: Sequence[float], num_buckets: int) -> dict[str, list[int]]:
+    """Split groups into equal-count buckets by ascending reward spread.
+
+    Returns ``{"bucket_1": [group indices], ...}``: ``bucket_1`` holds the lowest
+    spreads. With fewer groups than buckets, each group gets its own bucket (no empty
+    buckets). Sizes differ by at most one, the larger buckets first (RAGEN puts the
+    whole remainder in its last bucket; spreading it keeps buckets comparable).
+    Ties keep the groups' input order (stable sort), so the split is deterministic.
+    """
+    if isinstance(num_buckets, bool) or not isinstance(num_buckets, int) or num_buckets < 1:
+        raise ValueError(f"num_buckets must be an int >= 1, got {num_buckets!r}")
+    spreads = np.asarray([float(s) for s in group_spreads], dtype=np.float64)
+    if spreads.size and not np.isfinite(spreads).all():
+        raise ValueError(f"group spreads must be finite, got {spreads.tolist()}")
+    if (spreads < 0).any():
+        raise ValueError(f"group spreads must be >= 0 (a std or variance), got {spreads.tolist()}")
+    if spreads.size == 0:
+        return {}
+    order = np.argsort(spreads, kind="stable")
+    parts = np.array_split(order, min(num_buckets, spreads.size))
+    return {f"bucket_{k + 1}": sorted(int(g) for g in part) for k, part in enumerate(parts)}
+
+
+def zeros_like_params(params: Sequence[torch.Tensor]) -> Grads:
+    return [torch.zeros_like(p, dtype=torch.float32) for p in params]
+
+
+def gradient_components(terms: Mapping[str, torch.Tensor], params: Sequence[torch.Tensor]) -> dict[str, Grads]:
+    """The gradient of each scalar loss term w.r.t. ``params``, from one shared graph.
+
+    One backward per term (the graph is kept until the last), none of them touching
+    ``param.grad``, so an optimiser's accumulated gradient is left alone. A parameter
+    a term does not reach gets zeros.
+    """
+    params = list(params)
+    if not params:
+        raise ValueError("no parameters to differentiate (does any parameter require grad?)")
+    names = list(terms)
+    out: dict[str, Grads] = {}
+    for position, name in enumerate(names):
+        loss = terms[name]
+        if loss.dim() != 0:
+            raise ValueError(f"loss term {name!r} must be a scalar, got shape {tuple(loss.shape)}")
+        if not loss.requires_grad:  # a term that does not depend on the parameters
+            out[name] = zeros_like_params(params)
+            continue
+        grads = torch.autograd.grad(loss, params, retain_graph=position < len(names) - 1, allow_unused=True)
+        out[name] = [torch.zeros_like(p, dtype=torch.float32) if g is None else g.detach().float()
+                     for g, p in zip(grads, params)]
+    return out
+
+
+def accumulate(into: dict[str, Grads], grads: Mapping[str, Grads], weight: float = 1.0) -> dict[str, Grads]:
+    """``into[name] += weight * grads[name]`` in place (missing names start at zero); returns ``into``."""
+    for name, parts in grads.items():
+        if name not in into:
+            into[name] = [torch.zeros_like(g) for g in parts]
+        for total, g in zip(into[name], parts):
+            total.add_(g, alpha=weight)
+    return into
+
+
+def combine(components: Mapping[str, Grads], coefficients: Mapping[str, float]) -> Grads:
+    """``sum_c coefficients[c] * components[c]``: e.g. the total loss gradient from its terms."""
+    unknown = sorted(set(coefficients) - set(components))
+    if unknown:
+        raise KeyError(f"no component named {unknown}; have {sorted(components)}")
+    total: Grads | None = None
+    for name, coef in coefficients.items():
+        if total is None:
+            total = [torch.zeros_like(g) for g in components[name]]
+        for t, g in zip(total, components[name]):
+            t.add_(g, alpha=float(coef))
+    if total is None:
+        raise ValueError("combine needs at least one coefficient")
+    return total
+
+
+def _dot(a: Grads, b: Grads) -> float:
+    # BLAS dot per parameter (blocked fp32 accumulation: ~1e-9 of |a||b| on 28M entries, and
+    # 30x faster than a float64 copy), summed across parameters in Python floats.
+    return sum(float(torch.dot(x.reshape(-1).float(), y.reshape(-1).float())) for x, y in zip(a, b))
+
+
+def norm(grads: Grads) -> float:
+    """Euclidean norm of a gradient given as one tensor per parameter."""
+    return math.sqrt(max(_dot(grads, grads), 0.0))
+
+
+def component_metrics(components: Mapping[str, Grads], *, num_tokens: int, num_samples: int) -> dict[str, float]:
+    """Norms (raw, per token, per sample) of each component, and each pair's cosine.
+
+    Keys: ``{c}_norm``, ``{c}_norm_per_token``, ``{c}_norm_per_sample`` and
+    ``cos_{a}_{b}``. Per-token / per-sample divide the norm by the bucket's sampled
+    tokens / sequences, as RAGEN logs them. A cosine with a zero-norm side is
+    undefined and left out.
+    """
+    if num_tokens < 0 or num_samples < 0:
+        raise ValueError(f"counts must be >= 0, got num_tokens={num_tokens}, num_samples={num_samples}")
+    norms = {name: norm(g) for name, g in components.items()}
+    out: dict[str, float] = {}
+    for name, size in norms.items():
+        out[f"{name}_norm"] = size
+        if num_tokens:
+            out[f"{name}_norm_per_token"] = size / num_tokens
+        if num_samples:
+            out[f"{name}_norm_per_sample"] = size / num_samples
+    for a, b in combinations(components, 2):
+        if norms[a] > 0 and norms[b] > 0:
+            out[f"cos_{a}_{b}"] = _dot(components[a], components[b]) / (norms[a] * norms[b])
+    return out

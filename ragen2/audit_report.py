@@ -1,0 +1,375 @@
+"""The run-directory audit: one self-contained HTML page (PNG plots inlined as base64) and a
+JSON summary, built from a run's metrics.jsonl, events.jsonl and config.yaml.
+
+What it shows: the collapse proxies over steps (MI-ZScore-EMA, retrieval accuracy, MI,
+entropy, in-group reward std, success) with the collapse alerts marked; the Spearman rank
+correlation of each proxy with the success rate over the steps where both were logged
+(RAGEN-2 compares proxies this way); and the gradient decomposition by reward-std bucket.
+
+Alerts are the run's logged `alert` events merged with a replay of the same detector over
+the logged series (thresholds from the run's config), so a run that predates the detector,
+or one whose events file was lost, is still audited.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import math
+import re
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import mi_probe
+from ragen2.run_log import EVENTS_FILE, read_metrics
+
+SUCCESS_KEY = "rollout/success_rate"
+# (label, metric key): the proxies whose rank correlation with success the report tabulates
+PROXIES = (
+    ("MI-ZScore-EMA", "probe/mi_zscore_ema"),
+    ("MI-ZScore", "probe/mi_zscore"),
+    ("MI estimate", "probe/mi_estimate"),
+    ("MI estimate (sequence)", "probe/mi_estimate_seq"),
+    ("Retrieval accuracy@1", "probe/retrieval_accuracy@1"),
+    ("Conditional entropy H(Z|X)", "probe/conditional_entropy_est"),
+    ("Reasoning entropy H(Z)", "probe/reasoning_entropy_est"),
+    ("Policy token entropy", "actor/entropy"),
+    ("In-group reward std", "rollout/in_group_reward_std_mean"),
+)
+PANELS = (
+    ("MI-ZScore-EMA", ("probe/mi_zscore_ema", "probe/mi_zscore")),
+    ("retrieval accuracy@1", ("probe/retrieval_accuracy@1", "probe/retrieval_chance_level@1")),
+    ("MI estimate (nats)", ("probe/mi_estimate", "probe/mi_upper_bound")),
+    ("entropy (nats/token)", ("actor/entropy", "probe/conditional_entropy_est")),
+    ("in-group reward std", ("rollout/in_group_reward_std_mean",)),
+    ("success rate", (SUCCESS_KEY, "val/success_rate")),
+)
+ALERT_COLOURS = {"template_collapse": "tab:red", "reward_std_cliff": "tab:orange", "grad_norm_spike": "tab:purple"}
+GRAD_KEY = re.compile(r"^grad/(bucket_\d+|all)/(.+)$")
+COMPONENTS = ("task", "entropy", "kl")
+
+
+@dataclass
+class RunRecord:
+    run_dir: Path
+    rows: list[dict]
+    events: list[dict]
+    config: dict
+
+
+def load_run(run_dir: Path) -> RunRecord:
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"{run_dir}: not a directory")
+    rows = read_metrics(run_dir)
+    if not rows:
+        raise FileNotFoundError(f"{run_dir}: no metrics.jsonl rows (is it a ragen2 run directory?)")
+    events = []
+    events_path = run_dir / EVENTS_FILE
+    if events_path.is_file():
+        for line in events_path.read_text().splitlines():
+            try:
+                events.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a line cut short by a kill
+    config = {}
+    if (run_dir / "config.yaml").is_file():
+        import yaml
+
+        config = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
+    return RunRecord(run_dir, rows, events, config)
+
+
+def number(value) -> float | None:
+    """A finite float from a logged value (the log writes NaN/inf as strings), else None."""
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return out if math.isfinite(out) else None
+
+
+def series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
+    points = [(row["step"], number(row.get(key))) for row in rows]
+    points = [(s, v) for s, v in points if v is not None]
+    return [s for s, _ in points], [v for _, v in points]
+
+
+def spearman_table(rows: list[dict], target: str = SUCCESS_KEY, proxies=PROXIES) -> list[dict]:
+    """Spearman rho (and p-value) of each proxy with `target`, over steps that logged both."""
+    from scipy import stats
+
+    target_at = dict(zip(*series(rows, target)))
+    table = []
+    for label, key in proxies:
+        steps, values = series(rows, key)
+        pairs = [(v, target_at[s]) for s, v in zip(steps, values) if s in target_at]
+        entry = {"proxy": label, "key": key, "n": len(pairs), "rho": None, "p_value": None, "note": ""}
+        if len(pairs) < 3:
+            entry["note"] = "fewer than 3 steps with both" if pairs or steps else "not logged"
+        elif len({x for x, _ in pairs}) < 2 or len({y for _, y in pairs}) < 2:
+            entry["note"] = "constant series: rank correlation undefined"
+        else:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                result = stats.spearmanr([x for x, _ in pairs], [y for _, y in pairs])
+            entry["rho"], entry["p_value"] = float(result.statistic), float(result.pvalue)
+        table.append(entry)
+    return table
+
+
+def detector_config(config: dict) -> mi_probe.CollapseDetectorConfig:
+    probe = config.get("probe", {}) if isinstance(config, dict) else {}
+    return mi_probe.CollapseDetectorConfig(baseline_points=int(probe.get("collapse_baseline_probes", 3)),
+                                           mi_fraction=float(probe.get("collapse_mi_fraction", 0.5)),
+                                           mi_consecutive=int(probe.get("collapse_consecutive", 3)))
+
+
+def collect_alerts(record: RunRecord) -> list[dict]:
+    """Logged alert events plus a replay of the detector over the logged series, deduplicated."""
+    from ragen2.probe import series_values
+
+    found: dict[tuple[str, int], dict] = {}
+    for event in record.events:
+        if event.get("kind") == "alert" and "alert" in event and isinstance(event.get("step"), int):
+            found[(event["alert"], event["step"])] = {"kind": event["alert"], "step": event["step"],
+                                                      "message": event.get("message", ""), "source": "logged"}
+    detector = mi_probe.CollapseDetector(detector_config(record.config))
+    for row in record.rows:
+        for alert in detector.update(int(row["step"]), **series_values(row)):
+            entry = found.setdefault((alert.kind, alert.step), {"kind": alert.kind, "step": alert.step,
+                                                                 "message": alert.message, "source": "replayed"})
+            if entry["source"] == "logged":
+                entry["source"] = "logged+replayed"
+    return sorted(found.values(), key=lambda a: (a["step"], a["kind"]))
+
+
+def grad_decomposition(rows: list[dict]) -> dict[int, dict[str, dict[str, float]]]:
+    """{step: {bucket: {key: value}}} from the `grad/<bucket>/<key>` metrics."""
+    out: dict[int, dict[str, dict[str, float]]] = {}
+    for row in rows:
+        for key, value in row.items():
+            match = GRAD_KEY.match(key)
+            if match and number(value) is not None:
+                out.setdefault(row["step"], {}).setdefault(match[1], {})[match[2]] = number(value)
+    return out
+
+
+def series_summary(rows: list[dict]) -> dict[str, dict]:
+    out = {}
+    for _, keys in PANELS:
+        for key in keys:
+            steps, values = series(rows, key)
+            if values:
+                out[key] = {"n": len(values), "first": values[0], "last": values[-1], "min": min(values),
+                            "max": max(values), "first_step": steps[0], "last_step": steps[-1]}
+    return out
+
+
+def bound_summary(grad: dict) -> dict:
+    """Task-gradient norm against the bucket's mean reward std, over every logged bucket."""
+    points = [(b["reward_std_mean"], b["task_norm"]) for buckets in grad.values() for name, b in buckets.items()
+              if name != "all" and "task_norm" in b and "reward_std_mean" in b]
+    ratios = [norm / std for std, norm in points if std > 0]
+    zero = [norm for std, norm in points if std == 0]
+    return {"num_buckets": len(points), "C_max": max(ratios, default=None),
+            "task_norm_in_zero_std_buckets_max": max(zero, default=None)}
+
+
+# --- plots -------------------------------------------------------------------------------------
+
+
+def _png(figure) -> bytes:
+    import matplotlib.pyplot as plt
+
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=100)
+    plt.close(figure)
+    return buffer.getvalue()
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_series(rows: list[dict], alerts: list[dict]) -> bytes:
+    plt = _pyplot()
+    figure, axes = plt.subplots(2, 3, figsize=(13, 7), constrained_layout=True)
+    for axis, (title, keys) in zip(axes.flat, PANELS):
+        drawn = False
+        for key in keys:
+            steps, values = series(rows, key)
+            if values:
+                dashed = "chance" in key or "upper_bound" in key
+                axis.plot(steps, values, linestyle="--" if dashed else "-", marker=None if dashed else "o",
+                          markersize=3, label=key)
+                drawn = True
+        for alert in alerts:
+            axis.axvline(alert["step"], color=ALERT_COLOURS.get(alert["kind"], "k"), alpha=0.5, linewidth=1.5)
+        axis.set_title(title)
+        axis.set_xlabel("step")
+        if drawn:
+            axis.legend(fontsize=7)
+        else:
+            axis.text(0.5, 0.5, "not logged", ha="center", va="center", transform=axis.transAxes, color="0.5")
+    marks = ", ".join(f"{kind}: {colour[4:]}" for kind, colour in ALERT_COLOURS.items())
+    figure.suptitle(f"collapse proxies (vertical lines = alerts; {marks})", fontsize=10)
+    return _png(figure)
+
+
+def plot_grad(grad: dict, max_steps: int = 3) -> bytes:
+    """Component norms per bucket (bars, log scale) for the last `max_steps` decomposed steps."""
+    plt = _pyplot()
+    steps = sorted(grad)[-max_steps:]
+    figure, axes = plt.subplots(1, len(steps), figsize=(5.2 * len(steps), 4.2), constrained_layout=True,
+                                squeeze=False)
+    for axis, step in zip(axes[0], steps):
+        buckets = sorted((b for b in grad[step] if b != "all"), key=lambda b: int(b.split("_")[1])) + ["all"]
+        components = [c for c in COMPONENTS if any(f"{c}_norm" in grad[step].get(b, {}) for b in buckets)]
+        width = 0.8 / max(1, len(components))
+        for k, component in enumerate(components):
+            heights = [grad[step].get(b, {}).get(f"{component}_norm", 0.0) for b in buckets]
+            axis.bar([i + k * width for i in range(len(buckets))], heights, width, label=f"‖g_{component}‖")
+        labels = [f"{b}\nstd {grad[step].get(b, {}).get('reward_std_mean', float('nan')):.2f}" for b in buckets]
+        axis.set_xticks([i + width * (len(components) - 1) / 2 for i in range(len(buckets))], labels, fontsize=7)
+        if any(h > 0 for b in buckets for h in grad[step].get(b, {}).values()):
+            axis.set_yscale("log")
+        axis.set_title(f"step {step}: gradient norms by reward-std bucket", fontsize=9)
+        axis.legend(fontsize=7)
+    return _png(figure)
+
+
+def plot_bound(grad: dict) -> bytes:
+    """‖g_task‖ against the bucket's mean √Var(R|x): the bound is a line through the origin."""
+    plt = _pyplot()
+    figure, axis = plt.subplots(figsize=(5.2, 4.2), constrained_layout=True)
+    for step, buckets in sorted(grad.items()):
+        points = [(b["reward_std_mean"], b["task_norm"]) for name, b in buckets.items()
+                  if name != "all" and "task_norm" in b and "reward_std_mean" in b]
+        if points:
+            axis.scatter([p[0] for p in points], [p[1] for p in points], s=18, label=f"step {step}")
+    bound = bound_summary(grad)
+    if bound["C_max"] is not None:
+        right = axis.get_xlim()[1]
+        axis.plot([0, right], [0, bound["C_max"] * right], "k--", linewidth=1, label=f"C = {bound['C_max']:.3g}")
+    axis.set_xlabel("bucket mean in-group reward std √Var(R|x)")
+    axis.set_ylabel("‖g_task‖")
+    axis.set_title("task gradient vs reward spread", fontsize=9)
+    axis.legend(fontsize=7)
+    return _png(figure)
+
+
+# --- the report --------------------------------------------------------------------------------
+
+STYLE = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;color:#222}
+table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 10px;text-align:right}
+th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}img{max-width:100%}
+.note{color:#666;font-size:90%}code{background:#f6f6f6;padding:0 3px}"""
+
+
+def _fmt(value, digits: int = 3) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}" if abs(value) < 1e4 else f"{value:.3e}"
+    return html.escape(str(value))
+
+
+def _table(header: list[str], rows: list[list]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{cell if isinstance(cell, str) else _fmt(cell)}</td>" for cell in row)
+                   + "</tr>" for row in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _img(png: bytes, alt: str) -> str:
+    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
+
+
+def summarise(record: RunRecord, target: str = SUCCESS_KEY) -> dict:
+    """The JSON summary (also the data behind the HTML)."""
+    cfg = record.config
+    grad = grad_decomposition(record.rows)
+    return {
+        "run_dir": str(record.run_dir),
+        "steps": len(record.rows),
+        "config": {"env": cfg.get("env", {}).get("name"), "algo": cfg.get("algo", {}).get("name"),
+                   "filter": cfg.get("filter", {}).get("preset"), "model": cfg.get("model", {}).get("name"),
+                   "probe": cfg.get("probe", {})},
+        "target": target,
+        "series": series_summary(record.rows),
+        "spearman": spearman_table(record.rows, target),
+        "alerts": collect_alerts(record),
+        "grad_decomposition": {str(step): buckets for step, buckets in sorted(grad.items())},
+        "bound": bound_summary(grad),
+    }
+
+
+def render_html(summary: dict, images: dict[str, bytes]) -> str:
+    cfg = summary["config"]
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>ragen2 audit: "
+             f"{html.escape(Path(summary['run_dir']).name)}</title><style>{STYLE}</style></head><body>",
+             f"<h1>Collapse audit: <code>{html.escape(summary['run_dir'])}</code></h1>",
+             f"<p>{summary['steps']} steps · env <b>{_fmt(cfg['env'])}</b> · algo <b>{_fmt(cfg['algo'])}</b> · "
+             f"filter <b>{_fmt(cfg['filter'])}</b> · model <b>{_fmt(cfg['model'])}</b> · probe mode "
+             f"<b>{_fmt(cfg['probe'].get('mode'))}</b>, every {_fmt(cfg['probe'].get('every'))} steps</p>",
+             "<h2>Proxies over training</h2>", _img(images["series"], "collapse proxies over steps")]
+    alerts = summary["alerts"]
+    parts.append("<h2>Alerts</h2>")
+    parts.append(_table(["step", "kind", "source", "message"],
+                        [[a["step"], a["kind"], a["source"], html.escape(a["message"])] for a in alerts])
+                 if alerts else "<p>No alert: no template collapse, reward-std cliff or gradient-norm spike.</p>")
+    parts.append(f"<h2>Spearman correlation with <code>{html.escape(summary['target'])}</code></h2>")
+    parts.append(_table(["proxy", "metric", "steps", "Spearman ρ", "p-value", "note"],
+                        [[e["proxy"], f"<code>{html.escape(e['key'])}</code>", e["n"], e["rho"], e["p_value"],
+                          html.escape(e["note"])] for e in summary["spearman"]]))
+    parts.append("<p class='note'>Rank correlation over the steps where both the proxy and the target were "
+                 "logged, within this run. RAGEN-2 reports that the MI-based proxies track task performance "
+                 "where entropy does not; with few probes the p-values here are large.</p>")
+    grad = summary["grad_decomposition"]
+    parts.append("<h2>Gradient decomposition by reward-std bucket</h2>")
+    if grad:
+        parts += [_img(images["grad"], "gradient norms by bucket"), _img(images["bound"], "task norm vs reward std")]
+        last_step = list(grad)[-1]
+        buckets = grad[last_step]
+        keys = ["reward_std_mean", "num_groups", "num_tokens", "task_norm", "entropy_norm", "kl_norm", "total_norm",
+                "task_norm_per_token", "cos_task_entropy", "cos_task_kl"]
+        order = sorted((b for b in buckets if b != "all"), key=lambda b: int(b.split("_")[1])) + ["all"]
+        parts.append(f"<p>Step {last_step}:</p>")
+        parts.append(_table(["bucket", *keys], [[b, *[buckets.get(b, {}).get(k) for k in keys]] for b in order]))
+        bound = summary["bound"]
+        parts.append(f"<p class='note'>Largest ‖g_task‖ / √Var(R|x) over buckets with spread: C ≈ "
+                     f"{_fmt(bound['C_max'])}; largest ‖g_task‖ in zero-spread buckets: "
+                     f"{_fmt(bound['task_norm_in_zero_std_buckets_max'])} (the bound says 0 for a group whose "
+                     f"members all scored the same; a PPO critic's advantages can break that).</p>")
+    else:
+        parts.append("<p>Not logged (set <code>probe.grad_every</code> to a step count to record it).</p>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def build_report(run_dir: Path, out_dir: Path | None = None, target: str = SUCCESS_KEY) -> dict:
+    """Write report.html, summary.json and the PNGs into `out_dir` (default RUN_DIR/audit)."""
+    record = load_run(run_dir)
+    out_dir = Path(out_dir) if out_dir is not None else Path(run_dir) / "audit"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    summary = summarise(record, target)
+    grad = grad_decomposition(record.rows)
+    images = {"series": plot_series(record.rows, summary["alerts"])}
+    if grad:
+        images.update(grad=plot_grad(grad), bound=plot_bound(grad))
+    for name, png in images.items():
+        (out_dir / f"{name}.png").write_bytes(png)
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    (out_dir / "report.html").write_text(render_html(summary, images))
+    return {"html": out_dir / "report.html", "summary": out_dir / "summary.json", "data": summary}

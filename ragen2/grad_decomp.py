@@ -1,0 +1,173 @@
+"""Trainer side of the gradient decomposition (`probe.grad_every`, off by default).
+
+On the filtered batch, after advantages and before the update, the prompt groups are
+bucketed by in-group reward std (`probe.grad_buckets` quantile buckets), and for each
+bucket the gradients of the actor loss's terms are taken separately, with no optimiser
+step: the clipped policy loss (task), the entropy term and the KL term. The terms are
+built exactly as `engines.local.ppo_update` builds them (same log-probs, clip ranges,
+aggregation and token/sequence totals), so
+
+    g_task - entropy_coef * g_entropy + kl_coef * g_kl  =  gradient of the update's loss
+
+(before `filter_loss_scaling`, which scales every term alike). The `all` bucket is the
+weighted sum of the buckets: with the loss aggregated over fixed totals it is linear in
+the rows, so the whole batch needs no second pass. The maths is in `mi_probe.gradients`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from mi_probe import gradients as grad_lib
+from ragen2.algos import losses
+from ragen2.config import Config
+from ragen2.engines import local
+
+TOKEN_WEIGHTED = ("token-mean",)  # other aggregations average over sequences
+
+
+def due(cfg: Config, step: int) -> bool:
+    return cfg.probe.grad_every > 0 and step % cfg.probe.grad_every == 0
+
+
+def actor_loss_terms(policy, cfg: Config, ids, attn, mask, old_log_probs, advantages, ref_log_probs,
+                     total_tokens: int, total_sequences: int) -> dict[str, torch.Tensor]:
+    """The actor loss of `ppo_update`, term by term: {"task", "entropy"[, "kl"]} (unscaled)."""
+    algo = cfg.algo
+    totals = dict(total_tokens=total_tokens, total_sequences=total_sequences)
+    log_probs, entropy = local.policy_log_probs(policy, ids, attn, mask, cfg.rollout.temperature, with_entropy=True)
+    task, _ = losses.ppo_clip_policy_loss(log_probs, old_log_probs, advantages, mask, clip_low=algo.clip_low,
+                                          clip_high=algo.clip_high, dual_clip=algo.dual_clip,
+                                          agg_mode=algo.loss_agg, **totals)
+    terms = {"task": task, "entropy": losses.aggregate_token_loss(entropy, mask, algo.loss_agg, **totals)}
+    if ref_log_probs is not None and algo.kl_mode == "loss":
+        terms["kl"] = losses.kl_loss(log_probs, ref_log_probs, mask, algo.kl_estimator, algo.loss_agg, **totals)
+    return terms
+
+
+def loss_coefficients(cfg: Config, names) -> dict[str, float]:
+    """How the terms enter the total loss: task - entropy_coef * entropy + kl_coef * kl."""
+    coefs = {"task": 1.0, "entropy": -cfg.algo.entropy_coef, "kl": cfg.algo.kl_coef}
+    return {name: coefs[name] for name in names}
+
+
+def group_reward_std(batch, ddof: int = 1) -> dict[int, float]:
+    """In-group std of the trajectory rewards, per group id (a one-member group: 0)."""
+    rewards: dict[int, list[float]] = {}
+    for t in batch.trajectories:
+        rewards.setdefault(t.group, []).append(t.reward)
+    return {g: float(torch.tensor(r, dtype=torch.float64).std(correction=ddof)) if len(r) > ddof else 0.0
+            for g, r in rewards.items()}
+
+
+def bucket_gradients(policy, cfg: Config, data: local.UpdateInputs, rows: list[int]):
+    """Per-term gradients of one bucket's loss, accumulated over micro-batches.
+
+    Returns (components, loss values, sampled tokens, sequences with tokens).
+    """
+    params = [p for p in policy.parameters() if p.requires_grad]
+    index = torch.tensor(rows, dtype=torch.long, device=data.input_ids.device)
+    mask = data.response_mask[index]
+    tokens, sequences = int(mask.sum().item()), int((mask.sum(dim=1) > 0).sum().item())
+    components: dict[str, list[torch.Tensor]] = {}
+    values: dict[str, float] = {}
+    micro = cfg.optim.micro_batch_size
+    for start in range(0, len(rows), micro):
+        idx = index[start:start + micro]
+        ref = data.ref_log_probs[idx] if data.ref_log_probs is not None else None
+        terms = actor_loss_terms(policy, cfg, data.input_ids[idx], data.attention_mask[idx], data.response_mask[idx],
+                                 data.old_log_probs[idx], data.advantages[idx], ref,
+                                 max(1, tokens), max(1, sequences))
+        for name, value in terms.items():  # fixed totals: micro-batch losses sum to the bucket's
+            values[name] = values.get(name, 0.0) + float(value.detach())
+        grad_lib.accumulate(components, grad_lib.gradient_components(terms, params))
+    return components, values, tokens, sequences
+
+
+@dataclass
+class BucketGradients:
+    name: str
+    components: dict[str, list[torch.Tensor]]  # term -> one gradient tensor per trainable parameter
+    loss_values: dict[str, float]
+    coefficients: dict[str, float]
+    num_tokens: int
+    num_sequences: int
+    reward_stds: list[float]  # of the bucket's groups
+
+
+def _bucket_metrics(bucket: BucketGradients) -> dict[str, float]:
+    out = grad_lib.component_metrics(bucket.components, num_tokens=bucket.num_tokens,
+                                     num_samples=bucket.num_sequences)
+    total = grad_lib.combine(bucket.components, bucket.coefficients)
+    out["total_norm"] = grad_lib.norm(total)
+    for name, value in bucket.loss_values.items():
+        out[f"loss_{name}"] = value
+    out["loss_total"] = sum(bucket.coefficients[name] * value for name, value in bucket.loss_values.items())
+    stds = bucket.reward_stds
+    mean_std = sum(stds) / len(stds) if stds else 0.0
+    out.update(reward_std_mean=mean_std, reward_std_min=min(stds, default=0.0), reward_std_max=max(stds, default=0.0),
+               num_groups=float(len(stds)), num_samples=float(bucket.num_sequences),
+               num_tokens=float(bucket.num_tokens))
+    if mean_std > 0:  # C in ||g_task|| <= C * sqrt(Var(R|x)), as this bucket shows it
+        out["task_norm_per_reward_std"] = out["task_norm"] / mean_std
+    return out
+
+
+def iter_bucket_gradients(policy, cfg: Config, batch, data: local.UpdateInputs):
+    """Yield each reward-std bucket's `BucketGradients`, lowest spread first, then `all`.
+
+    One bucket's gradients are alive at a time, besides the running `all` sum.
+    """
+    stds = group_reward_std(batch, cfg.filter.ddof)
+    groups = sorted(stds)
+    buckets = grad_lib.quantile_buckets([stds[g] for g in groups], cfg.probe.grad_buckets)
+    group_of_row = batch.group_ids.tolist()
+    total_tokens = int(data.response_mask.sum().item())
+    total_sequences = int((data.response_mask.sum(dim=1) > 0).sum().item())
+    token_weighted = cfg.algo.loss_agg in TOKEN_WEIGHTED
+    whole: dict[str, list[torch.Tensor]] = {}
+    whole_values: dict[str, float] = {}
+    coefs: dict[str, float] = {}
+    for name, members in buckets.items():
+        member_groups = {groups[i] for i in members}
+        rows = [r for r, g in enumerate(group_of_row) if g in member_groups]
+        components, values, tokens, sequences = bucket_gradients(policy, cfg, data, rows)
+        coefs = loss_coefficients(cfg, components)
+        yield BucketGradients(name, components, values, coefs, tokens, sequences, [stds[g] for g in member_groups])
+        if len(buckets) == 1:
+            whole, whole_values = components, values
+            break
+        weight = tokens / max(1, total_tokens) if token_weighted else sequences / max(1, total_sequences)
+        grad_lib.accumulate(whole, components, weight)
+        for key, value in values.items():
+            whole_values[key] = whole_values.get(key, 0.0) + weight * value
+        del components
+    yield BucketGradients(grad_lib.ALL_BUCKET, whole, whole_values, coefs, total_tokens, total_sequences,
+                          [stds[g] for g in groups])
+
+
+def decompose(policy, cfg: Config, batch, data: local.UpdateInputs) -> dict[str, float]:
+    """`grad/<bucket>/<key>` metrics for every bucket and `all`; no parameter changes."""
+    started = time.perf_counter()
+    if int(data.response_mask.sum().item()) == 0:
+        return {"grad/skipped_no_tokens": 1.0, "grad/time_s": time.perf_counter() - started}
+    policy.train()  # the mode the update's gradient is taken in
+    metrics: dict[str, float] = {}
+    buckets = 0
+    for bucket in iter_bucket_gradients(policy, cfg, batch, data):
+        values = _bucket_metrics(bucket)
+        metrics.update({f"grad/{bucket.name}/{key}": value for key, value in values.items()})
+        buckets += bucket.name != grad_lib.ALL_BUCKET
+    metrics["grad/num_buckets"] = float(buckets)
+    metrics["grad/time_s"] = time.perf_counter() - started
+    return metrics
+
+
+def maybe_decompose(run, batch, data: local.UpdateInputs) -> dict[str, float]:
+    """The trainer hook: `decompose` on the steps `probe.grad_every` names, else nothing."""
+    if not due(run.cfg, run.step):
+        return {}
+    return decompose(run.models.policy, run.cfg, batch, data)
