@@ -1,0 +1,168 @@
+"""The SNR filter inside a real training run: `--filter starpo-s` trains on exactly the top 25% of groups.
+
+A random tiny model almost never writes a valid answer, so on a real env every reward would be
+the format penalty and every group would have zero spread. The test registers a throwaway env
+whose reward ignores the text and comes from the env's dynamics generator (seeded by the
+instance seed and the rollout index): every group has spread, and the rewards of a step can be
+recomputed here without the model. The config validates env names against the registry of this
+process, so training runs in-process through `ragen2.cli.main`.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import numpy as np
+import pytest
+
+import envs
+from envs import registry
+from envs.base import ActionOutcome, EnvConfig, TextEnv
+from envs.parsing import ParsedResponse
+from ragen2 import trainer
+from ragen2.cli import main
+from ragen2.config import load_config
+from ragen2.engines import local
+from ragen2.rollout.tiny import tiny_llama, tiny_tokenizer
+from ragen2.run_log import read_metrics
+
+ENV_NAME = "filter_probe_coin"
+NUM_GROUPS, GROUP_SIZE, STEPS = 8, 3, 3
+SETTINGS = [f"env.name={ENV_NAME}", f"rollout.num_groups={NUM_GROUPS}", f"rollout.group_size={GROUP_SIZE}",
+            "rollout.max_new_tokens=6", "trainer.val_groups=2", "optim.micro_batch_size=4",
+            "optim.mini_batch_size=8", "probe.every=0", "filter.max_consecutive_skips=0"]
+
+
+class CoinProbeEnv(TextEnv):
+    """One pull; the reward is a uniform draw from the dynamics generator, whatever the text says."""
+
+    config_cls = EnvConfig
+
+    @property
+    def instruction(self) -> str:
+        return "Say anything; the reward is random."
+
+    @property
+    def action_vocabulary(self) -> tuple[str, ...]:
+        return ("pull",)
+
+    def parse(self, response: str) -> ParsedResponse:
+        # Every reply counts as the one valid action, so no format penalty flattens a group.
+        return ParsedResponse(format_ok=True, answer="pull", actions=("pull",))
+
+    def _reset(self, rng: np.random.Generator) -> dict:
+        return {}
+
+    def _apply_action(self, action: str) -> ActionOutcome:
+        reward = float(self.dynamics_rng.uniform(0.0, 1.0))
+        return ActionOutcome(reward=reward, terminated=True, success=reward > 0.5)
+
+    def render(self) -> str:
+        return "A coin machine. Pull it."
+
+
+@pytest.fixture(scope="module")
+def coin_env():
+    registry.spec("bandit")  # load the built-ins first so they are not loaded into our cleanup window
+    registry.register(ENV_NAME, CoinProbeEnv, EnvConfig(max_actions_per_traj=1), "test-only: random reward")
+    yield ENV_NAME
+    # No public unregister: drop the entry so later tests see only the real envs.
+    with registry._LOCK:
+        registry._SPECS.pop(ENV_NAME, None)
+        registry._KEYS.pop(registry._normalise(ENV_NAME), None)
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tiny-model")
+    tokenizer = tiny_tokenizer("chatml")
+    tiny_llama(tokenizer, seed=0).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def expected_rewards(step: int) -> list[list[float]]:
+    """[P][G] rewards of a step, from the env alone (instance seeds as the trainer draws them)."""
+    cfg = load_config(filter="none", overrides=SETTINGS)
+    rewards = []
+    for seed in trainer.step_seeds(cfg, step):
+        row = []
+        for member in range(GROUP_SIZE):
+            env = envs.make(ENV_NAME)
+            env.reset(seed=seed, options={"rollout_index": member})
+            row.append(env.step("whatever")[1])
+        rewards.append(row)
+    return rewards
+
+
+def top_groups_by_std(rewards: list[list[float]], keep: int) -> list[int]:
+    stds = [statistics.stdev(row) for row in rewards]
+    return sorted(sorted(range(len(rewards)), key=lambda g: -stds[g])[:keep])
+
+
+@pytest.fixture
+def spies(monkeypatch):
+    """Record each step's full rollout, the batch handed to the update, and the rows PPO trained on."""
+    seen = {"rollouts": [], "updated": [], "ppo_rows": []}
+    real_rollout, real_update_on, real_ppo = trainer.rollout, trainer.update_on, local.ppo_update
+
+    def rollout(*args, **kwargs):
+        batch = real_rollout(*args, **kwargs)
+        seen["rollouts"].append(batch)
+        return batch
+
+    def update_on(run, batch, selection, timer):
+        seen["updated"].append(batch)
+        return real_update_on(run, batch, selection, timer)
+
+    def ppo_update(models, optimizers, data, cfg, generator, loss_scale=1.0):
+        seen["ppo_rows"].append(int(data.input_ids.shape[0]))
+        return real_ppo(models, optimizers, data, cfg, generator, loss_scale=loss_scale)
+
+    monkeypatch.setattr(trainer, "rollout", rollout)
+    monkeypatch.setattr(trainer, "update_on", update_on)
+    monkeypatch.setattr(local, "ppo_update", ppo_update)
+    return seen
+
+
+def _train(model_dir, out, filter_name: str) -> list[dict]:
+    code = main(["train", "--quiet", "--filter", filter_name, "--model", str(model_dir), "--out", str(out),
+                 "--steps", str(STEPS), "trainer.run_name=r", *SETTINGS])
+    assert code == 0
+    return read_metrics(out / "r")
+
+
+def test_starpo_s_trains_on_exactly_the_top_quarter_of_groups(coin_env, tiny_model_dir, tmp_path, spies):
+    rows = _train(tiny_model_dir, tmp_path, "starpo-s")
+    keep = max(1, int(0.25 * NUM_GROUPS))  # StarPO-S: k = max(1, int(0.25 * P)) = 2
+    assert [r["step"] for r in rows] == list(range(STEPS))
+    for step, row in enumerate(rows):
+        assert row["snr/groups_total"] == NUM_GROUPS
+        assert row["snr/groups_kept"] == keep
+        assert row["snr/kept_fraction"] == 0.25
+        assert row["snr/skipped"] == 0.0
+        assert row["rollout/num_rows"] == NUM_GROUPS * GROUP_SIZE  # the rollout itself is not filtered
+
+        # The rollout's rewards are the env's, so the expected choice follows from the env alone.
+        rewards = expected_rewards(step)
+        full = spies["rollouts"][step]
+        got = [[0.0] * GROUP_SIZE for _ in range(NUM_GROUPS)]
+        for t in full.trajectories:
+            got[t.group][t.member] = t.reward
+        assert got == rewards
+        want = top_groups_by_std(rewards, keep)
+
+        updated = spies["updated"][step]
+        assert sorted({t.group for t in updated.trajectories}) == want
+        assert sorted(set(updated.group_ids.tolist())) == want
+        assert len(updated) == keep * GROUP_SIZE
+        assert spies["ppo_rows"][step] == keep * GROUP_SIZE  # PPO saw only the kept rows
+        # Kept groups are whole: each kept group brings all G members, nothing else comes along.
+        assert sorted((t.group, t.member) for t in updated.trajectories) == [
+            (g, m) for g in want for m in range(GROUP_SIZE)]
+
+
+def test_no_filter_trains_on_every_row(coin_env, tiny_model_dir, tmp_path, spies):
+    rows = _train(tiny_model_dir, tmp_path, "none")
+    assert all(r["snr/groups_kept"] == NUM_GROUPS and r["snr/kept_fraction"] == 1.0 for r in rows)
+    assert spies["ppo_rows"] == [NUM_GROUPS * GROUP_SIZE] * STEPS
