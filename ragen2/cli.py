@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ragen2 import envs_cli, plot, train_cli
+from ragen2 import audit, envs_cli, plot, train_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -18,6 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     envs_cli.add_parser(commands)
     train_cli.add_parser(commands)
     plot.add_parser(commands)
+    audit.add_parser(commands)
     return parser
 
 
