@@ -204,6 +204,8 @@ def _pyplot():
 
 def plot_series(rows: list[dict], alerts: list[dict]) -> bytes:
     plt = _pyplot()
+    from matplotlib.ticker import MaxNLocator
+
     figure, axes = plt.subplots(2, 3, figsize=(13, 7), constrained_layout=True)
     for axis, (title, keys) in zip(axes.flat, PANELS):
         drawn = False
@@ -218,6 +220,7 @@ def plot_series(rows: list[dict], alerts: list[dict]) -> bytes:
             axis.axvline(alert["step"], color=ALERT_COLOURS.get(alert["kind"], "k"), alpha=0.5, linewidth=1.5)
         axis.set_title(title)
         axis.set_xlabel("step")
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         if drawn:
             axis.legend(fontsize=7)
         else:
@@ -237,13 +240,20 @@ def plot_grad(grad: dict, max_steps: int = 3) -> bytes:
         buckets = sorted((b for b in grad[step] if b != "all"), key=lambda b: int(b.split("_")[1])) + ["all"]
         components = [c for c in COMPONENTS if any(f"{c}_norm" in grad[step].get(b, {}) for b in buckets)]
         width = 0.8 / max(1, len(components))
+        positive = [v for b in buckets for c in components if (v := grad[step].get(b, {}).get(f"{c}_norm", 0.0)) > 0]
+        # log scale only when the norms span orders of magnitude (entropy vs task often do)
+        log_scale = len(positive) > 1 and max(positive) / min(positive) > 100
         for k, component in enumerate(components):
             heights = [grad[step].get(b, {}).get(f"{component}_norm", 0.0) for b in buckets]
-            axis.bar([i + k * width for i in range(len(buckets))], heights, width, label=f"‖g_{component}‖")
+            xs = [i + k * width for i in range(len(buckets))]
+            axis.bar(xs, heights, width, label=f"‖g_{component}‖")
+            for x, height in zip(xs, heights):
+                if height == 0:  # an exact zero is a finding (no spread, or policy = reference)
+                    axis.annotate("0", (x, 0), xytext=(0, 2), textcoords="offset points", ha="center", fontsize=7)
         labels = [f"{b}\nstd {grad[step].get(b, {}).get('reward_std_mean', float('nan')):.2f}" for b in buckets]
         axis.set_xticks([i + width * (len(components) - 1) / 2 for i in range(len(buckets))], labels, fontsize=7)
-        if any(h > 0 for b in buckets for h in grad[step].get(b, {}).values()):
-            axis.set_yscale("log")
+        if log_scale:
+            axis.set_yscale("symlog", linthresh=min(positive))
         axis.set_title(f"step {step}: gradient norms by reward-std bucket", fontsize=9)
         axis.legend(fontsize=7)
     return _png(figure)
@@ -258,6 +268,8 @@ def plot_bound(grad: dict) -> bytes:
                   if name != "all" and "task_norm" in b and "reward_std_mean" in b]
         if points:
             axis.scatter([p[0] for p in points], [p[1] for p in points], s=18, label=f"step {step}")
+    axis.set_xlim(left=0)  # norms and spreads are >= 0; the bound is a line through the origin
+    axis.set_ylim(bottom=0)
     bound = bound_summary(grad)
     if bound["C_max"] is not None:
         right = axis.get_xlim()[1]
