@@ -1,6 +1,6 @@
 """Where a training step's time goes, and how close the update runs to the machine's matmul peak.
 
-    python benchmarks/train_step.py [--repeats 2] [--gen-new-tokens 64] [--gen-batch 16] [KEY=VALUE ...]
+    python benchmarks/train_step.py [--threads 1] [--repeats 2] [--gen-new-tokens 64] [--gen-batch 16] [KEY=VALUE ...]
 
 Model: the bundled SmolLM2-135M-Instruct in fp32 on CPU. Config: configs/base.yaml (+ KEY=VALUE
 overrides, e.g. `optim.micro_batch_size=8`), with the MI probe off (it is timed on its own).

@@ -1,7 +1,7 @@
 """One GRPO step of ragen2 against TRL's GRPOTrainer on the same work; prints JSON.
 
     pip install trl==1.16.0        # benchmark-only dependency; ragen2 never imports trl
-    python benchmarks/vs_trl.py [--repeats 2] [--new-tokens 64] [--env bandit]
+    python benchmarks/vs_trl.py [--threads 1] [--repeats 2] [--new-tokens 64] [--env bandit]
 
 Same work on both sides:
 - model: the bundled SmolLM2-135M-Instruct, fp32, CPU, SDPA attention, loaded by ragen2's
@@ -17,9 +17,12 @@ Same work on both sides:
   loss (TRL loss_type="grpo" = ragen2 seq-mean-token-mean), no KL (beta=0 / kl_coef=0, no
   reference model), one optimiser step of AdamW (lr 1e-5, no weight decay, clip 1.0) over 16
   completions in micro-batches of 4; fp32, no gradient checkpointing on either side.
-Known differences that stay: ragen2 recomputes old log-probs before the update only when it
-cannot reuse the on-policy ones (see `old_log_probs_s`); ragen2 adds an entropy bonus of 0.001
-(TRL computes the entropy too, for logging).
+Known differences that stay: ragen2's trainer runs a separate no-grad forward for the old
+log-probs (`old_log_probs_s`), which TRL skips when one optimiser step covers the batch
+(`local.reuses_current_log_probs` says when ragen2 could skip it too); TRL's CPU path runs the
+LM head on every position (its compact, response-only path needs Triton), ragen2's only on the
+positions that predict a sampled token; ragen2 adds an entropy bonus of 0.001 (TRL computes
+the entropy too, for logging).
 
 The two alternate in one process (TRL step, ragen2 step, TRL step, ...): each side's first step
 is a warm-up, then the fastest of `--repeats` steps counts, and the ratio is ours / TRL's.

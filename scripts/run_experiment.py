@@ -146,6 +146,8 @@ def collect(exp: dict, cfg, filter_name: str, seed: int) -> dict:
             "val_success": val,
             "reward_mean": [r["rollout/reward_mean"] for r in rows],
             "success_rate": [r["rollout/success_rate"] for r in rows],
+            "format_ok": [r["rollout/format_ok_fraction"] for r in rows],
+            "entropy": [r.get("actor/entropy", math.nan) for r in rows],  # absent on skipped steps
             "kept_fraction": [r["snr/kept_fraction"] for r in rows],
             "in_group_reward_std": [r["rollout/in_group_reward_std_mean"] for r in rows],
             "update_s": [sum(r.get(f"time/{p}_s", 0.0) for p in UPDATE_PHASES) for r in rows],
@@ -225,15 +227,22 @@ def write_markdown(path: Path, block: str, title: str) -> None:
     path.write_text(f"# {title}\n\n{block}\n\n## Reading\n\n(to be written after looking at the numbers)\n")
 
 
-def _band(axis, xs, series, label):
+def _seed_lines(axis, xs, series, label):
+    """Each seed thin, their mean bold: with 3 seeds a std band would hide a seed that collapsed."""
     n = min(len(s) for s in series)
-    columns = [[s[i] for s in series] for i in range(n)]
-    stats = [mean_std(c) for c in columns]
-    m = [s["mean"] for s in stats]
-    sd = [s["std"] for s in stats]
-    line, = axis.plot(xs[:n], m, marker="o", markersize=3, label=label)
-    axis.fill_between(xs[:n], [a - b for a, b in zip(m, sd)], [a + b for a, b in zip(m, sd)],
-                      color=line.get_color(), alpha=0.15)
+    line, = axis.plot(xs[:n], [sum(c) / len(c) for c in zip(*(s[:n] for s in series))], marker="o", markersize=3,
+                      linewidth=2, label=f"{label} (mean)")
+    for s in series:
+        axis.plot(xs[:n], s[:n], color=line.get_color(), alpha=0.35, linewidth=0.8)
+
+
+PANELS = (  # (curve key, title, y label)
+    ("val_success", "validation success (thin: seeds)", "success rate"),
+    ("reward_mean", "training reward per step", "reward mean"),
+    ("format_ok", "training episodes with a valid format", "fraction"),
+    ("kept_fraction", "kept fraction of groups", "kept / all groups"),
+    ("entropy", "policy entropy in the update (gap: step skipped)", "nats per token"),
+)
 
 
 def plot(path: Path, cfg, records: list[dict], summary: dict) -> None:
@@ -243,32 +252,33 @@ def plot(path: Path, cfg, records: list[dict], summary: dict) -> None:
     import matplotlib.pyplot as plt
 
     per_step = cfg.rollout.num_groups * cfg.rollout.group_size
-    figure, axes = plt.subplots(2, 2, figsize=(11, 7.5), constrained_layout=True)
-    for name in summary:
-        runs = [r for r in records if r["filter"] == name]
-        val_x = [step * per_step for step, _ in runs[0]["curves"]["val_success"]]
-        _band(axes[0, 0], val_x, [[v for _, v in r["curves"]["val_success"]] for r in runs], name)
-        steps = list(range(1, runs[0]["steps"] + 1))
-        _band(axes[0, 1], [s * per_step for s in steps], [r["curves"]["reward_mean"] for r in runs], name)
-        _band(axes[1, 0], [s * per_step for s in steps], [r["curves"]["kept_fraction"] for r in runs], name)
-    axes[0, 0].set(title="validation success (mean ± std over seeds)", xlabel="episodes rolled out",
-                   ylabel="success rate")
-    axes[0, 1].set(title="training reward per step", xlabel="episodes rolled out", ylabel="reward mean")
-    axes[1, 0].set(title="kept fraction of groups", xlabel="episodes rolled out", ylabel="kept / all groups")
+    figure, axes = plt.subplots(2, 3, figsize=(15, 7.5), constrained_layout=True)
+    for axis, (key, title, ylabel) in zip(axes.flat, PANELS):
+        for name in summary:
+            runs = [r for r in records if r["filter"] == name]
+            if key == "val_success":
+                xs = [step * per_step for step, _ in runs[0]["curves"]["val_success"]]
+                series = [[v for _, v in r["curves"]["val_success"]] for r in runs]
+            else:
+                xs = [s * per_step for s in range(1, runs[0]["steps"] + 1)]
+                series = [r["curves"][key] for r in runs]
+            _seed_lines(axis, xs, series, name)
+        axis.set(title=title, xlabel="episodes rolled out", ylabel=ylabel)
     names = list(summary)
     update = [summary[n]["update_s"] for n in names]
     rollout = [summary[n]["rollout_s"] for n in names]
     xs = range(len(names))
-    axes[1, 1].bar([x - 0.2 for x in xs], [s["mean"] for s in rollout], 0.4, yerr=[s["std"] for s in rollout],
-                   label="rollout")
-    axes[1, 1].bar([x + 0.2 for x in xs], [s["mean"] for s in update], 0.4, yerr=[s["std"] for s in update],
-                   label="update phase")
-    axes[1, 1].set_xticks(list(xs), names)
-    axes[1, 1].set(title="time per run (s, mean ± std)", ylabel="seconds")
+    bars = axes[1, 2]
+    bars.bar([x - 0.2 for x in xs], [s["mean"] for s in rollout], 0.4, yerr=[s["std"] for s in rollout],
+             label="rollout")
+    bars.bar([x + 0.2 for x in xs], [s["mean"] for s in update], 0.4, yerr=[s["std"] for s in update],
+             label="update phase")
+    bars.set_xticks(list(xs), names)
+    bars.set(title="time per run (s, mean ± std)", ylabel="seconds")
     for axis in axes.flat:
         axis.grid(alpha=0.3)
         axis.legend(fontsize=8)
-    figure.savefig(path, dpi=110)
+    figure.savefig(path, dpi=100)
     plt.close(figure)
 
 
