@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ragen2 import audit, envs_cli, plot, train_cli
+from ragen2 import audit, bench, envs_cli, eval_cli, plot, train_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -19,6 +19,8 @@ def build_parser() -> argparse.ArgumentParser:
     train_cli.add_parser(commands)
     plot.add_parser(commands)
     audit.add_parser(commands)
+    bench.add_parser(commands)
+    eval_cli.add_parser(commands)
     return parser
 
 

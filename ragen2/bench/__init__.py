@@ -1,0 +1,14 @@
+"""`ragen2 bench`: suites of training runs compared on one footing (suite → runner → report).
+
+    suite.py      the YAML matrix, expanded into cells, every config validated up front
+    runner.py     cells one after another, resumably, each in its own process
+    worker.py     the child process that trains one cell
+    display.py    the live table of cells
+    report.py     results.csv/json and the paper-shaped markdown table
+    plots.py      training curves per env
+    published.py  published numbers to print beside ours
+"""
+
+from ragen2.bench.cli import add_parser
+
+__all__ = ["add_parser"]

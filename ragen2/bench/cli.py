@@ -1,0 +1,117 @@
+"""`ragen2 bench SUITE --out DIR` and `ragen2 bench report DIR`."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+
+from ragen2.bench.suite import SuiteError
+
+
+def add_parser(commands) -> None:
+    parser = commands.add_parser(
+        "bench", help="run a benchmark suite (a matrix of training runs), or rebuild its report",
+        description="`ragen2 bench SUITE --out DIR` runs every cell of configs/bench/SUITE.yaml (or a YAML path) "
+                    "one after another, skipping finished cells and resuming a half-finished one from its "
+                    "checkpoint, then writes the report. `ragen2 bench report DIR` rebuilds results.csv/json, "
+                    "report.md and plots/ from the finished cells.")
+    parser.add_argument("suite", metavar="SUITE|report", help="suite name or path; or `report`")
+    parser.add_argument("report_dir", nargs="?", type=Path, metavar="DIR", help="with `report`: the bench folder")
+    parser.add_argument("--out", type=Path, help="bench folder (default runs/bench/SUITE)")
+    parser.add_argument("--list", "--dry-run", dest="list_only", action="store_true",
+                        help="validate the suite and list its cells with their key settings and status; run nothing")
+    parser.add_argument("--engine", choices=("local", "openrlhf"), default="local",
+                        help="training engine of every cell (openrlhf needs the extra installed)")
+    cluster = parser.add_argument_group("OpenRLHF engine (--engine openrlhf), passed to every cell")
+    cluster.add_argument("--nodes", type=int, default=1, help="Ray nodes (default 1)")
+    cluster.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (default 8)")
+    cluster.add_argument("--vllm-tp", type=int, default=1, help="tensor-parallel size of each vLLM engine (default 1)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="set_overrides",
+                        help="dotted config override applied to every cell (repeatable)")
+    parser.add_argument("--threads", type=int, help="torch threads per cell (1 can be faster on a loaded machine)")
+    parser.add_argument("--in-process", action="store_true",
+                        help="run cells in this process instead of one child process each (no crash isolation)")
+    parser.add_argument("--plain", action="store_true", help="plain status lines instead of the live table")
+    parser.add_argument("--no-report", action="store_true", help="do not write the report at the end")
+    parser.add_argument("--no-plots", action="store_true", help="report without the PNG curves")
+    parser.add_argument("--docs", type=Path, metavar="MD",
+                        help="also write the report into this markdown file (generated block; the text around it "
+                             "is kept), with its plots and results.json beside it")
+    parser.set_defaults(run=run_bench)
+
+
+def run_bench(args) -> int:
+    if args.suite == "report":
+        return run_report(args)
+    if args.report_dir is not None:
+        print(f"error: unexpected argument {args.report_dir} (did you mean --out {args.report_dir}?)", file=sys.stderr)
+        return 2
+    from ragen2.bench import runner
+    from ragen2.bench.suite import expand, key_settings, load_suite
+    from ragen2.config import ConfigError
+
+    try:
+        suite = load_suite(args.suite)
+        out = args.out or Path("runs") / "bench" / suite.name
+        cells = expand(suite, out, args.set_overrides)
+        runner.check_resumable(cells)
+    except (SuiteError, ConfigError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if args.list_only:
+        print(f"suite {suite.name} ({suite.path}): {len(cells)} cells -> {out}/runs/")
+        for cell in cells:
+            status = ("done" if runner.is_done(cell.run_dir) else
+                      "resume" if (cell.run_dir / "checkpoints").is_dir() else "new")
+            print(f"  [{status:6}] {cell.name}\n           {key_settings(cell)}")
+        return 0
+    if args.engine == "openrlhf":
+        from ragen2.bench.worker import EngineUnavailable, openrlhf_run
+
+        try:
+            openrlhf_run()
+        except EngineUnavailable as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+    runner.write_manifest(out, suite, cells, args.engine)
+    run_one = runner.in_process_cell if args.in_process else runner.subprocess_cell
+    cluster = ({"nodes": args.nodes, "gpus_per_node": args.gpus_per_node, "vllm_tp": args.vllm_tp}
+               if args.engine == "openrlhf" else None)
+    run_one = functools.partial(run_one, engine=args.engine, threads=args.threads, cluster=cluster)
+    from ragen2.bench.display import make_display
+
+    print(f"bench {suite.name}: {len(cells)} cells in {out}/runs (logs: <cell>/{runner.CELL_LOG})", file=sys.stderr)
+    with make_display([c.name for c in cells], f"ragen2 bench {suite.name}",
+                      live=False if args.plain else None) as display:
+        statuses = runner.run_cells(cells, run_one, display, suite.keep_final_checkpoint)
+    failed = [name for name, status in statuses.items() if status != "done"]
+    if not args.no_report:
+        from ragen2.bench.report import build_report, publish
+
+        paths = build_report(out, with_plots=not args.no_plots)
+        print(f"report: {paths['markdown']} (+ results.csv, results.json, {len(paths['plots'])} plots)")
+        if args.docs:
+            print(f"wrote {publish(args.docs, paths)}")
+    if failed:
+        print(f"{len(failed)} cell(s) failed: {', '.join(failed)}; reasons in {out}/report.md; "
+              f"run the same command again to retry them", file=sys.stderr)
+        return 1
+    return 0
+
+
+def run_report(args) -> int:
+    if args.report_dir is None:
+        print("error: usage: ragen2 bench report DIR", file=sys.stderr)
+        return 2
+    from ragen2.bench.report import build_report, publish
+
+    try:
+        paths = build_report(args.report_dir, with_plots=not args.no_plots)
+    except SuiteError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"wrote {paths['markdown']}, {paths['csv']}, {paths['json']} and {len(paths['plots'])} plot(s)")
+    if args.docs:
+        print(f"wrote {publish(args.docs, paths)}")
+    return 0

@@ -1,0 +1,75 @@
+"""Training curves of a bench, one PNG per env: every (algo, treatment) of that env on shared axes.
+
+Seeds are drawn thin and their mean bold (at the steps every seed logged): with a few seeds a
+std band would hide a seed that collapsed. A panel whose metric no cell logged says so, e.g.
+MI-ZScore-EMA, which exists only where the MI probe ran on reasoning spans.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ragen2.run_log import read_metrics
+
+PANELS = (  # (metric key, title)
+    ("val/success_rate", "validation success"),
+    ("rollout/success_rate", "training success"),
+    ("rollout/in_group_reward_std_mean", "in-group reward std"),
+    ("actor/entropy", "policy entropy (gap: skipped step)"),
+    ("probe/mi_zscore_ema", "MI-ZScore-EMA"),
+    ("snr/kept_fraction", "kept fraction of groups"),
+)
+
+
+def series(rows: list[dict], key: str) -> dict[int, float]:
+    return {r["step"] + 1: r[key] for r in rows if isinstance(r.get(key), (int, float))}
+
+
+def plot_envs(folder: Path, cells: list[dict], results: list[dict]) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    folder.mkdir(parents=True, exist_ok=True)
+    done = {r["name"] for r in results if r["status"] == "done"}
+    several_matrices = len({c["matrix"] for c in cells}) > 1
+    written = []
+    for env in dict.fromkeys(c["env"] for c in cells):
+        lines: dict[str, list[list[dict]]] = {}
+        for cell in cells:
+            if cell["env"] == env and cell["name"] in done:
+                row = "" if cell["row"] == "all" else f"{cell['row']} "
+                label = f"{row}{cell['treatment']}" + (f" [{cell['matrix']}]" if several_matrices else "")
+                lines.setdefault(label, []).append(read_metrics(Path(cell["run_dir"])))
+        if not lines:
+            continue
+        figure, axes = plt.subplots(2, 3, figsize=(15, 7.5), constrained_layout=True)
+        for axis, (key, title) in zip(axes.flat, PANELS):
+            drawn = False
+            for index, (label, runs) in enumerate(lines.items()):
+                color = f"C{index % 10}"
+                per_seed = [series(rows, key) for rows in runs]
+                for points in per_seed:
+                    if points:
+                        axis.plot(list(points), list(points.values()), color=color, alpha=0.35, linewidth=0.8)
+                common = sorted(set.intersection(*(set(p) for p in per_seed))) if per_seed else []
+                if common:
+                    means = [sum(p[s] for p in per_seed) / len(per_seed) for s in common]
+                    axis.plot(common, means, color=color, marker="o", markersize=3, linewidth=2,
+                              label=f"{label} (n={len(per_seed)})")
+                    drawn = True
+            axis.set(title=title, xlabel="training step")
+            axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+            axis.grid(alpha=0.3)
+            if drawn:
+                axis.legend(fontsize=7)
+            else:
+                axis.text(0.5, 0.5, "not logged", ha="center", va="center", transform=axis.transAxes, color="0.5")
+        figure.suptitle(f"{env}: mean over seeds (bold), seeds (thin)")
+        path = folder / f"{env}.png"
+        figure.savefig(path, dpi=100)
+        plt.close(figure)
+        written.append(path)
+    return written

@@ -1,0 +1,256 @@
+"""`ragen2 bench report DIR`: every table and plot rebuilt from the cells' run directories.
+
+Writes into DIR:
+  results.csv / results.json  one row per cell (final and best validation success, rewards,
+                              steps skipped, wall time, tokens), plus, in the JSON, the means
+                              and standard deviations over seeds
+  report.md                   the paper-shaped table per matrix: validation success (%) per env
+                              and algorithm, mean ± std over seeds, each filter's change from the
+                              baseline, published numbers beside ours where the suite has them;
+                              then every cell, and the cells that did not finish with the reason
+  plots/<env>.png             training curves per env (see ragen2.bench.plots)
+With `docs`, the report also goes into a markdown file to commit (between markers, so a
+hand-written reading around it survives a rebuild), with its plots and results.json beside it.
+Nothing is read from the running process: a report can be rebuilt any time, also mid-suite.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import shutil
+from pathlib import Path
+
+from ragen2.bench.published import PUBLISHED, published_value
+from ragen2.bench.runner import read_manifest, read_state
+from ragen2.run_log import read_metrics
+
+COLUMNS = ("name", "matrix", "env", "algo", "filter", "variant", "treatment", "row", "model", "seed", "status",
+           "reason",
+           "steps", "steps_trained", "steps_skipped", "stop_reason", "final_val_success", "best_val_success",
+           "final_val_reward", "final_val_pass_at_g", "train_reward_mean", "last_train_reward", "kept_fraction_mean",
+           "last_mi_zscore_ema", "wall_s", "rollout_tokens", "response_tokens", "run_dir")
+AGGREGATED = ("final_val_success", "best_val_success", "final_val_reward", "train_reward_mean", "steps_skipped",
+              "wall_s", "rollout_tokens")
+
+
+def _mean(values) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def cell_result(cell: dict) -> dict:
+    """One row of results: the manifest's labels plus the numbers of a finished run."""
+    run_dir = Path(cell["run_dir"])
+    state = read_state(run_dir)
+    row = {key: cell.get(key) for key in ("name", "matrix", "env", "algo", "filter", "variant", "treatment", "row",
+                                          "model", "seed", "run_dir")}
+    row.update({key: None for key in COLUMNS if key not in row})
+    summary_path = run_dir / "summary.json"
+    if not summary_path.is_file():
+        row["status"] = state.get("status", "not run")
+        if row["status"] == "running":  # no live process writes here: the last bench stopped mid-cell
+            row["status"] = "unfinished"
+        row["reason"] = state.get("reason")
+        return row
+    summary = json.loads(summary_path.read_text())
+    rows = read_metrics(run_dir)
+    val = [r for r in rows if isinstance(r.get("val/success_rate"), (int, float))]
+    last_val = val[-1] if val else {}
+    pass_key = next((k for k in last_val if k.startswith("val/pass@")), None)
+
+    def logged(key: str) -> list[float]:
+        return [r[key] for r in rows if isinstance(r.get(key), (int, float))]
+
+    rewards, mi = logged("rollout/reward_mean"), logged("probe/mi_zscore_ema")
+    row.update({
+        "status": "done",
+        "steps": summary["steps"], "steps_trained": summary["steps_trained"],
+        "steps_skipped": summary["steps_skipped"], "stop_reason": summary.get("stop_reason"),
+        "final_val_success": summary.get("final_val_success_rate"),
+        "best_val_success": summary.get("best_val_success_rate"),
+        "final_val_reward": last_val.get("val/reward_mean"),
+        "final_val_pass_at_g": last_val.get(pass_key) if pass_key else None,
+        "train_reward_mean": _mean(rewards),
+        "last_train_reward": rewards[-1] if rewards else None,
+        "kept_fraction_mean": _mean(logged("snr/kept_fraction")),
+        "last_mi_zscore_ema": mi[-1] if mi else None,
+        # The runner's clock spans every attempt of a resumed cell; a hand-run cell has only its last session.
+        "wall_s": state.get("wall_s", summary.get("wall_s_this_session")),
+        "rollout_tokens": int(sum(r.get("rollout/num_tokens", 0) for r in rows)),
+        "response_tokens": int(round(sum(r.get("rollout/response_tokens_mean", 0) * r.get("rollout/num_trajectories", 0)
+                                         for r in rows))),
+    })
+    return row
+
+
+def mean_std(values) -> dict:
+    """Mean and sample standard deviation (ddof=1) over seeds; std is None for a single seed."""
+    values = [v for v in values if v is not None]
+    if not values:
+        return {"mean": None, "std": None, "n": 0}
+    mean = sum(values) / len(values)
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else None
+    return {"mean": mean, "std": std, "n": len(values)}
+
+
+def group_key(row: dict) -> tuple:
+    """Seeds of one setting: (matrix, env, table row, treatment)."""
+    return (row["matrix"], row["env"], row["row"], row["treatment"])
+
+
+def aggregate(results: list[dict]) -> dict[tuple, dict]:
+    groups: dict[tuple, list[dict]] = {}
+    for row in results:
+        if row["status"] == "done":
+            groups.setdefault(group_key(row), []).append(row)
+    return {key: {name: mean_std([r[name] for r in rows]) for name in AGGREGATED} | {"seeds": [r["seed"] for r in rows]}
+            for key, rows in groups.items()}
+
+
+def percent(stat: dict) -> str:
+    """A success rate as the paper prints it: percent, one decimal, ± the std over seeds."""
+    if stat["mean"] is None:
+        return "—"
+    std = "–" if stat["std"] is None else f"{100 * stat['std']:.1f}"
+    return f"{100 * stat['mean']:.1f} ± {std}"
+
+
+def delta(stat: dict, base: dict | None) -> str:
+    """Change from the baseline treatment, in percentage points of the mean."""
+    if base is None or stat["mean"] is None or base["mean"] is None:
+        return ""
+    return f" ({100 * (stat['mean'] - base['mean']):+.1f})"
+
+
+def matrix_table(matrix: str, cells: list[dict], stats: dict, published: str | None) -> list[str]:
+    """Rows: algorithm (or filter); columns: env × treatment; entries: final val success %, Δ from baseline."""
+    mine = [c for c in cells if c["matrix"] == matrix]
+    envs = list(dict.fromkeys(c["env"] for c in mine))
+    treatments = list(dict.fromkeys(c["treatment"] for c in mine))
+    baseline = mine[0]["baseline"]
+    empty = {"mean": None, "std": None}
+    header = ["" if mine[0].get("compare") == "algo" else "algorithm"] + [f"{e}: {t}" for e in envs for t in treatments]
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+
+    def published_for(row: str, env: str, treatment: str) -> float | None:
+        cell = next((c for c in mine if (c["row"], c["env"], c["treatment"]) == (row, env, treatment)), None)
+        if cell is None or cell["variant"]:
+            return None
+        return published_value(published, cell["algo"], env, cell["filter"])
+
+    for row in dict.fromkeys(c["row"] for c in mine):
+        values, published_row = [], []
+        for env in envs:
+            base = stats.get((matrix, env, row, baseline), {}).get("final_val_success")
+            base_published = published_for(row, env, baseline)
+            for treatment in treatments:
+                stat = stats.get((matrix, env, row, treatment), {}).get("final_val_success", empty)
+                values.append(percent(stat) + ("" if treatment == baseline else delta(stat, base)))
+                value = published_for(row, env, treatment)
+                shown = "—" if value is None else f"{value:.1f}"
+                if value is not None and base_published is not None and treatment != baseline:
+                    shown += f" ({value - base_published:+.1f})"
+                published_row.append(shown)
+        lines.append(f"| {row} | " + " | ".join(values) + " |")
+        if any(v != "—" for v in published_row):
+            lines.append(f"| {row}, published | " + " | ".join(published_row) + " |")
+    return lines
+
+
+def markdown(manifest: dict, results: list[dict], stats: dict, plots: list[Path]) -> str:
+    cells = manifest["cells"]
+    published = manifest.get("published")
+    lines = [f"# Bench `{manifest['suite']}`", ""]
+    if manifest.get("description"):
+        lines += [manifest["description"].strip(), ""]
+    done = sum(r["status"] == "done" for r in results)
+    lines += [f"{done} of {len(results)} cells finished. Engine: {manifest.get('engine', 'local')}. "
+              "Numbers: final validation success rate in percent, mean ± sample std over seeds "
+              "(– for one seed); in brackets, the change of the mean from the matrix's baseline, in points.", ""]
+    for matrix in dict.fromkeys(c["matrix"] for c in cells):
+        first = next(c for c in cells if c["matrix"] == matrix)
+        seeds = sorted({c["seed"] for c in cells if c["matrix"] == matrix})
+        lines += [f"## {matrix}", "", f"Baseline: `{first['baseline']}`. Seeds {seeds}. Settings of the first cell: "
+                  f"{first.get('settings', '')}", ""]
+        lines += matrix_table(matrix, cells, stats, published)
+        lines.append("")
+    if published:
+        lines += [f"Published rows: {PUBLISHED[published]['source']}, {PUBLISHED[published]['metric']}; "
+                  "a different model and scale from ours unless the suite ran the paper's setting.", ""]
+    lines += ["## Every cell", "", "| cell | status | final val | best val | val reward | train reward | kept fraction "
+              "| skipped | MI-ZScore-EMA (last) | wall (min) | rollout tokens |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+
+    def fmt(value, spec=".3f"):
+        return "—" if value is None else format(value, spec)
+
+    for r in results:
+        wall = None if r["wall_s"] is None else r["wall_s"] / 60
+        lines.append(f"| {r['name']} | {r['status']} | {fmt(r['final_val_success'])} | {fmt(r['best_val_success'])} | "
+                     f"{fmt(r['final_val_reward'])} | {fmt(r['train_reward_mean'])} | "
+                     f"{fmt(r['kept_fraction_mean'], '.2f')} | "
+                     f"{fmt(r['steps_skipped'], 'd')} | {fmt(r['last_mi_zscore_ema'])} | "
+                     f"{fmt(wall, '.1f')} | {fmt(r['rollout_tokens'], 'd')} |")
+    unfinished = [r for r in results if r["status"] != "done"]
+    if unfinished:
+        lines += ["", "## Not finished", ""]
+        lines += [f"- `{r['name']}`: {r['status']}" + (f" — {r['reason']}" if r["reason"] else "")
+                  for r in unfinished]
+    if plots:
+        lines += ["", "## Training curves", ""]
+        lines += [f"![{p.stem}](plots/{p.name})" for p in plots]
+    lines += ["", "All numbers: `results.csv`, `results.json`.", ""]
+    return "\n".join(lines)
+
+
+def build_report(out: Path, with_plots: bool = True) -> dict:
+    """Rebuild results.csv/json, report.md and plots/ in `out`; returns the paths written."""
+    out = Path(out)
+    manifest = read_manifest(out)
+    results = [cell_result(cell) for cell in manifest["cells"]]
+    stats = aggregate(results)
+    with (out / "results.csv").open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows({k: r[k] for k in COLUMNS} for r in results)
+    (out / "results.json").write_text(json.dumps({
+        "suite": manifest["suite"], "published": manifest.get("published"), "cells": results,
+        "aggregated": [{"matrix": k[0], "env": k[1], "row": k[2], "treatment": k[3], **v}
+                       for k, v in stats.items()]}, indent=1))
+    plots = []
+    if with_plots and any(r["status"] == "done" for r in results):
+        from ragen2.bench.plots import plot_envs
+
+        plots = plot_envs(out / "plots", manifest["cells"], results)
+    report = out / "report.md"
+    report.write_text(markdown(manifest, results, stats, plots))
+    return {"csv": out / "results.csv", "json": out / "results.json", "markdown": report, "plots": plots}
+
+
+BEGIN, END = "<!-- generated by ragen2 bench report: begin -->", "<!-- generated: end -->"
+
+
+def publish(docs: Path, paths: dict) -> Path:
+    """Put the report into `docs` (e.g. docs/bench_cpu_smoke.md) with `<stem>_<env>.png` and `<stem>.json`."""
+    docs = Path(docs)
+    docs.parent.mkdir(parents=True, exist_ok=True)
+    block = paths["markdown"].read_text().replace("`results.csv`, `results.json`", f"`{docs.stem}.json`")
+    block = block.split("\n", 1)[1]  # the title line stays the doc's own
+    block = "\n".join("#" + line if line.startswith("## ") else line for line in block.splitlines())
+    for plot in paths["plots"]:
+        target = docs.parent / f"{docs.stem}_{plot.name}"
+        shutil.copyfile(plot, target)
+        block = block.replace(f"(plots/{plot.name})", f"({target.name})")
+    shutil.copyfile(paths["json"], docs.parent / f"{docs.stem}.json")
+    block = f"{BEGIN}\n{block.strip()}\n{END}"
+    existing = docs.read_text() if docs.is_file() else None
+    if existing is not None and BEGIN in existing and END in existing:
+        head, rest = existing.split(BEGIN, 1)
+        docs.write_text(head + block + rest.split(END, 1)[1])
+    elif existing is not None:  # a hand-written file without the markers: never overwrite it
+        docs.write_text(existing.rstrip() + "\n\n" + block + "\n")
+    else:
+        title = paths["markdown"].read_text().splitlines()[0]
+        docs.write_text(f"{title}\n\n{block}\n\n## Reading\n\n(to be written after looking at the numbers)\n")
+    return docs

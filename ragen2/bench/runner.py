@@ -1,0 +1,214 @@
+"""Run a suite's cells one after another, resumably, each an ordinary run directory.
+
+Cells run in a child process each (`python -m ragen2.bench.worker RUN_DIR`), not in this one:
+a cell that crashes the interpreter (out of memory, a CUDA fault, a segfault in a kernel) or
+leaks memory takes only itself down, and every cell starts from a clean allocator. The price is
+a Python + torch start and a model load per cell: seconds from the safetensors cache, small
+beside a cell's minutes of training. `in_process_cell` runs a cell here instead (`--in-process`,
+for debugging, and for tests that want the real trainer without a process start).
+
+State on disk, so `ragen2 bench` can be stopped and started again:
+  <out>/bench.json                the manifest: suite, engine, every cell's labels and run dir
+  <out>/runs/<cell>/config.yaml   written before the cell starts; the resume check compares it
+  <out>/runs/<cell>/summary.json  written by the trainer at the end: the cell is done
+  <out>/runs/<cell>/bench_cell.json  status, attempts, reason of the last failure, wall time
+A done cell is skipped; any other cell is (re)started with resume=True, which continues from its
+latest checkpoint when it has one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+from ragen2.bench.suite import Cell, Suite, SuiteError, config_difference, key_settings
+from ragen2.bench.worker import ERROR_FILE
+
+MANIFEST = "bench.json"
+CELL_STATE = "bench_cell.json"
+CELL_LOG = "bench_output.log"
+POLL_S = 2.0
+LOCATION_KEYS = ("trainer.out", "trainer.run_name")
+
+
+class CellFailed(RuntimeError):
+    """A cell that did not finish; the message is the reason shown in the table."""
+
+
+def is_done(run_dir: Path) -> bool:
+    return (Path(run_dir) / "summary.json").is_file()
+
+
+def read_state(run_dir: Path) -> dict:
+    path = Path(run_dir) / CELL_STATE
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def write_state(run_dir: Path, **fields) -> dict:
+    state = {**read_state(run_dir), **fields}
+    (Path(run_dir) / CELL_STATE).write_text(json.dumps(state, indent=1))
+    return state
+
+
+def check_resumable(cells: list[Cell]) -> None:
+    """A run directory that already holds a different config is an error, before anything runs.
+
+    Continuing it would mix two settings in one curve; the user chooses: another --out, or
+    delete the folder.
+    """
+    problems = []
+    for cell in cells:
+        saved = cell.run_dir / "config.yaml"
+        if saved.is_file() and saved.read_text() != cell.config.to_yaml():
+            # Where the folder is named from (a relative or absolute --out) does not change the run.
+            keys = [k for k in config_difference(saved.read_text(), cell.config) if k not in LOCATION_KEYS]
+            if keys:
+                problems.append(f"{cell.run_dir} holds a run with another config (differs in {keys[:6]})")
+    if problems:
+        raise SuiteError("cannot resume: " + "; ".join(problems) + ". Use another --out or delete those folders.")
+
+
+def write_manifest(out: Path, suite: Suite, cells: list[Cell], engine: str) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / MANIFEST
+    path.write_text(json.dumps({
+        "suite": suite.name, "suite_path": str(suite.path), "description": suite.description,
+        "published": suite.published, "keep_final_checkpoint": suite.keep_final_checkpoint, "engine": engine,
+        "suite_data": suite.data,
+        "cells": [{**c.record(), "settings": key_settings(c)} for c in cells]}, indent=1))
+    return path
+
+
+def read_manifest(out: Path) -> dict:
+    path = Path(out) / MANIFEST
+    if not path.is_file():
+        raise SuiteError(f"{out}: no {MANIFEST} here; is it the --out folder of a `ragen2 bench` run?")
+    return json.loads(path.read_text())
+
+
+def _failure_reason(run_dir: Path, returncode: int) -> str:
+    error_file = run_dir / ERROR_FILE
+    if error_file.is_file():
+        error = json.loads(error_file.read_text())
+        return f"{error['type']}: {error['message']}".splitlines()[0][:300]
+    if returncode < 0:
+        hint = " (out of memory?)" if -returncode == 9 else ""
+        return f"killed by signal {-returncode}{hint}"
+    log = run_dir / CELL_LOG
+    lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()] if log.is_file() else []
+    return f"exit code {returncode}" + (f": {lines[-1][:300]}" if lines else "")
+
+
+def steps_logged(run_dir: Path) -> int:
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        return 0
+    with path.open("rb") as handle:
+        return sum(1 for line in handle if line.strip())
+
+
+def subprocess_cell(cell: Cell, on_progress: Callable[[str], None], engine: str = "local",
+                    threads: int | None = None, cluster: dict | None = None) -> None:
+    """Train a cell in a child process; raises CellFailed with the reason if it does not finish."""
+    command = [sys.executable, "-m", "ragen2.bench.worker", str(cell.run_dir), "--engine", engine]
+    if threads:
+        command += ["--threads", str(threads)]
+    if cluster:
+        command += ["--cluster", json.dumps(cluster)]
+    total = cell.config.trainer.total_steps
+    with (cell.run_dir / CELL_LOG).open("a") as log:
+        log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(command)}\n")
+        log.flush()
+        child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ,
+                                 "PYTHONUNBUFFERED": "1"})
+        try:
+            while child.poll() is None:
+                on_progress(f"{steps_logged(cell.run_dir)}/{total}")
+                time.sleep(POLL_S)
+        except KeyboardInterrupt:
+            child.terminate()  # the child gets the terminal's SIGINT too; this covers a pipe or a log
+            try:
+                child.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                child.kill()
+            raise
+    on_progress(f"{steps_logged(cell.run_dir)}/{total}")
+    if child.returncode != 0:
+        raise CellFailed(_failure_reason(cell.run_dir, child.returncode))
+
+
+def in_process_cell(cell: Cell, on_progress: Callable[[str], None], engine: str = "local",
+                    threads: int | None = None, cluster: dict | None = None) -> None:
+    from ragen2.bench.worker import run_cell
+
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    run_cell(cell.run_dir, engine, quiet=True, cluster=cluster)
+
+
+def _done_note(run_dir: Path) -> str:
+    summary = json.loads((run_dir / "summary.json").read_text())
+    value = summary.get("final_val_success_rate")
+    note = "" if value is None else f"val success {value:.3f}"
+    if summary.get("stop_reason"):
+        note += f" (stopped: {summary['stop_reason']})"
+    return note
+
+
+def run_cells(cells: list[Cell], run_cell: Callable, display, keep_final_checkpoint: bool = False) -> dict[str, str]:
+    """Run every cell not yet done; a failure is recorded and the next cell starts.
+
+    Returns {cell name: final status}. KeyboardInterrupt marks the running cell interrupted
+    (not failed) and propagates: the next `ragen2 bench` resumes it.
+    """
+    from ragen2 import checkpoint
+
+    statuses = {}
+    for cell in cells:
+        if is_done(cell.run_dir):
+            statuses[cell.name] = "done"
+            display.update(cell.name, status="done", progress="skip", note=_done_note(cell.run_dir),
+                           wall_s=read_state(cell.run_dir).get("wall_s"))
+    for cell in cells:
+        if statuses.get(cell.name) == "done":
+            continue
+        cell.run_dir.mkdir(parents=True, exist_ok=True)
+        (cell.run_dir / "config.yaml").write_text(cell.config.to_yaml())
+        state = write_state(cell.run_dir, status="running", attempts=read_state(cell.run_dir).get("attempts", 0) + 1,
+                            reason=None)
+        display.update(cell.name, status="running", note="")
+        started = time.time()
+
+        def spent() -> float:
+            return round(state.get("wall_s", 0.0) + time.time() - started, 1)
+
+        try:
+            run_cell(cell, lambda progress: display.update(cell.name, progress=progress))
+            if not is_done(cell.run_dir):
+                raise CellFailed("the run ended without writing summary.json")
+        except KeyboardInterrupt:
+            write_state(cell.run_dir, status="interrupted", wall_s=spent())
+            display.update(cell.name, status="interrupted", wall_s=spent())
+            raise
+        except Exception as error:  # noqa: BLE001 - one cell's failure must not stop the others
+            reason = str(error) if isinstance(error, CellFailed) else f"{type(error).__name__}: {error}"
+            reason = reason.splitlines()[0] if reason else type(error).__name__
+            write_state(cell.run_dir, status="failed", reason=reason, wall_s=spent())
+            display.update(cell.name, status="failed", note=reason, wall_s=spent())
+            statuses[cell.name] = "failed"
+            continue
+        # Done: the final checkpoint is only needed by `ragen2 eval`, and a 135M one is ~1.5 GB.
+        if not keep_final_checkpoint:
+            shutil.rmtree(checkpoint.checkpoint_dir(cell.run_dir), ignore_errors=True)
+        write_state(cell.run_dir, status="done", reason=None, wall_s=spent())
+        display.update(cell.name, status="done", note=_done_note(cell.run_dir), wall_s=spent())
+        statuses[cell.name] = "done"
+    return statuses

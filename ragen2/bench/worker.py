@@ -1,0 +1,99 @@
+"""One bench cell in its own process: `python -m ragen2.bench.worker RUN_DIR [--engine NAME]`.
+
+The parent (ragen2.bench.runner) writes RUN_DIR/config.yaml first; this reads it, trains (or
+continues from the latest checkpoint), and exits 0 when summary.json is written. On an error it
+writes RUN_DIR/bench_error.json (type, message, traceback) so the parent can show the reason,
+and exits 1. Output goes wherever the parent points stdout/stderr (RUN_DIR/bench_output.log).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import traceback
+from pathlib import Path
+
+ERROR_FILE = "bench_error.json"
+ENGINES = ("local", "openrlhf")
+
+
+class EngineUnavailable(RuntimeError):
+    pass
+
+
+def _openrlhf_installed() -> bool:
+    from importlib.util import find_spec
+
+    return find_spec("openrlhf") is not None  # without importing it (Ray, vLLM, DeepSpeed are heavy)
+
+
+def openrlhf_run():
+    """`ragen2.engines.openrlhf.launch.run(cfg, run_dir, args) -> exit status`, or EngineUnavailable.
+
+    Checked in the parent before any cell starts, so a machine without the engine fails once,
+    clearly, instead of once per cell.
+    """
+    import importlib
+
+    try:
+        launch = importlib.import_module("ragen2.engines.openrlhf.launch")
+    except ImportError as error:
+        raise EngineUnavailable(f"--engine openrlhf: the OpenRLHF engine is not importable ({error})") from None
+    if not callable(getattr(launch, "run", None)):
+        raise EngineUnavailable("--engine openrlhf: ragen2.engines.openrlhf.launch has no run(cfg, run_dir, args)")
+    if not _openrlhf_installed():
+        raise EngineUnavailable('--engine openrlhf needs the extra: pip install "ragen2[openrlhf]" (OpenRLHF 0.11.2, '
+                                "Ray, vLLM, DeepSpeed; a GPU machine), or drop --engine")
+    return launch.run
+
+
+def run_cell(run_dir: Path, engine: str = "local", quiet: bool = False, cluster: dict | None = None) -> dict:
+    """Train the run whose config.yaml is in run_dir, resuming when it can; returns the summary.
+
+    `cluster` ({"nodes", "gpus_per_node", "vllm_tp"}) goes to the OpenRLHF engine.
+    """
+    import yaml
+
+    from ragen2.config import build_config
+
+    cfg = build_config(yaml.safe_load((run_dir / "config.yaml").read_text()))
+    if engine == "openrlhf":
+        options = {"nodes": 1, "gpus_per_node": 8, "vllm_tp": 1, **(cluster or {})}
+        status = openrlhf_run()(cfg, run_dir, argparse.Namespace(dry_run=False, **options))
+        if status != 0:
+            raise RuntimeError(f"the OpenRLHF engine exited with status {status}")
+        summary_path = run_dir / "summary.json"
+        if not summary_path.is_file():  # the report reads summary.json and metrics.jsonl
+            raise RuntimeError("the OpenRLHF run finished without writing summary.json into its run directory")
+        return json.loads(summary_path.read_text())
+    from ragen2 import trainer
+
+    run = trainer.setup(cfg, run_dir, resume=True, quiet=quiet)
+    return trainer.train(run)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--engine", choices=ENGINES, default="local")
+    parser.add_argument("--threads", type=int, help="torch threads")
+    parser.add_argument("--cluster", type=json.loads, default={}, help="OpenRLHF cluster options as JSON")
+    args = parser.parse_args(argv)
+    (args.run_dir / ERROR_FILE).unlink(missing_ok=True)
+    try:
+        if args.threads:
+            import torch
+
+            torch.set_num_threads(args.threads)
+        run_cell(args.run_dir, args.engine, cluster=args.cluster)
+    except Exception as error:  # noqa: BLE001 - any failure is this cell's, reported to the parent
+        (args.run_dir / ERROR_FILE).write_text(json.dumps({
+            "type": type(error).__name__, "message": str(error), "traceback": traceback.format_exc()}, indent=1))
+        traceback.print_exc()
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,222 @@
+"""`ragen2 eval CKPT --env NAME`: a checkpoint (or any model) on held-out env variants.
+
+CKPT is a checkpoint folder (`RUN/checkpoints/step_NNNNNN`), a run directory (its latest
+checkpoint), or a model: a local Hugging Face folder, a hub id, or `bundled`. A checkpoint is
+rebuilt the way its run built it (the run's config.yaml: base model, dtype, LoRA) and its
+policy weights loaded on top. Episodes are rolled out with the training rollout code
+(ragen2.rollout), on instance seeds drawn from their own stream, apart from the training and
+validation seeds, so "held out" holds for the instances as well as the variant.
+
+Generalisation variants: bandit_rev (misleading arm names), bandit_test (held-out word pairs),
+larger_sokoban, sokoban_different_grid_vocab; any registered env works (`ragen2 envs list`).
+
+Standard errors are over instances (groups), not episodes: the G episodes of one instance
+share its start and are not independent draws.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ragen2.config import ConfigError, build_config, load_config
+
+EVAL_STREAM = 555_000_111  # instance seeds apart from training (per step) and validation streams
+
+
+class EvalError(ValueError):
+    pass
+
+
+def add_parser(commands) -> None:
+    parser = commands.add_parser(
+        "eval", help="evaluate a checkpoint or model on an env (held-out variants)",
+        description="Success rate, pass@G and reward (± standard errors over instances) of a checkpoint, a run "
+                    "directory's latest checkpoint, or a model, on an env such as bandit_rev, bandit_test, "
+                    "larger_sokoban or sokoban_different_grid_vocab. Writes JSON.")
+    parser.add_argument("target", metavar="CKPT",
+                        help="checkpoint folder, run directory, model folder, hub id or 'bundled'")
+    parser.add_argument("--env", required=True, help="env to evaluate on (ragen2 envs list)")
+    parser.add_argument("--episodes", type=int, default=64, help="episodes in all (rounded up to whole groups)")
+    parser.add_argument("--group-size", type=int, help="episodes per instance, for pass@G (default: the run's)")
+    parser.add_argument("--seed", type=int, default=0, help="seeds the instances and the sampling")
+    parser.add_argument("--temperature", type=float, help="sampling temperature (default: the run's validation one)")
+    parser.add_argument("--max-turns", type=int, help="default: the run's rollout.max_turns")
+    parser.add_argument("--max-new-tokens", type=int, help="default: the run's rollout.max_new_tokens")
+    parser.add_argument("--env-override", action="append", default=[], metavar="KEY=VALUE",
+                        help="env config key (repeatable); the run's own env overrides carry over where they fit")
+    parser.add_argument("--device", help="cpu, cuda, cuda:N (default: the run's model.device)")
+    parser.add_argument("--out", type=Path, help="JSON path (default RUN/eval/<checkpoint>-<env>.json, or "
+                                                 "eval/<model>-<env>.json)")
+    parser.set_defaults(run=run_eval)
+
+
+# --- what to load ----------------------------------------------------------------------------
+
+
+def resolve_target(target: str):
+    """(config, checkpoint folder or None, label) for a checkpoint, a run directory or a model."""
+    from ragen2 import checkpoint as ckpt
+
+    path = Path(target)
+    if path.is_dir():
+        if (path / ckpt.STATE_FILE).is_file() and (path / "policy").is_dir():
+            run_dir = path.parent.parent
+            return _run_config(run_dir, path), path, f"{run_dir.name}-{path.name}"
+        if (path / "config.yaml").is_file():
+            latest = ckpt.latest_checkpoint(path)
+            if latest is None:
+                raise EvalError(f"{path}: a run directory without a complete checkpoint in {path}/checkpoints "
+                                f"(bench cells delete theirs when done unless the suite sets "
+                                f"keep_final_checkpoint: true)")
+            return _run_config(path, latest), latest, f"{path.name}-{latest.name}"
+        if not (path / "config.json").is_file():
+            raise EvalError(f"{path}: not a checkpoint (no {ckpt.STATE_FILE} + policy/), run directory (no "
+                            f"config.yaml) or Hugging Face model folder (no config.json)")
+    # A model: the base config's rollout settings, this model.
+    return load_config(overrides=[f"model.name={target}"]), None, re.sub(r"[^A-Za-z0-9_.+-]", "_",
+                                                                         path.name or target)
+
+
+def _run_config(run_dir: Path, checkpoint: Path):
+    import yaml
+
+    saved = run_dir / "config.yaml"
+    if not saved.is_file():
+        raise EvalError(f"{checkpoint}: its run directory {run_dir} has no config.yaml, so the base model is unknown")
+    return build_config(yaml.safe_load(saved.read_text()))
+
+
+def env_overrides(cfg, env_name: str, extra: list[str]) -> dict:
+    """The run's env overrides where the eval env accepts them (answer-only stays answer-only), plus `extra`."""
+    import envs
+
+    entry = envs.spec(env_name)
+    carried = {}
+    for key, value in cfg.env.overrides.items():
+        try:
+            entry.make_config(**{key: value})
+            carried[key] = value
+        except (envs.EnvConfigError, TypeError):
+            continue  # a key of the training env that this env does not have
+    raw = dict(item.split("=", 1) for item in extra)
+    if any("=" not in item for item in extra):
+        raise EvalError(f"--env-override takes KEY=VALUE, got {[i for i in extra if '=' not in i]}")
+    overrides = {**carried, **envs.coerce_overrides(entry, raw)}
+    entry.make_config(**overrides)  # fail here, naming the key, not mid-rollout
+    return overrides
+
+
+# --- statistics ------------------------------------------------------------------------------
+
+
+def _mean_se(values: list[float]) -> dict:
+    """Mean and its standard error (sample std / sqrt(n)); se is None for fewer than two values."""
+    n = len(values)
+    mean = sum(values) / n if n else None
+    se = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n) if n > 1 else None
+    return {"mean": mean, "se": se, "n": n}
+
+
+def episode_statistics(trajectories) -> dict:
+    """Success, pass@G and reward over instances: each group's mean (or any-success) is one value."""
+    groups: dict[int, list] = {}
+    for t in trajectories:
+        groups.setdefault(t.group, []).append(t)
+    order = sorted(groups)
+    success = [sum(t.success for t in groups[g]) / len(groups[g]) for g in order]
+    passed = [float(any(t.success for t in groups[g])) for g in order]
+    reward = [sum(t.reward for t in groups[g]) / len(groups[g]) for g in order]
+    format_ok = [ok for t in trajectories for ok in t.format_ok]
+    return {"success_rate": _mean_se(success), "pass_at_g": _mean_se(passed), "reward": _mean_se(reward),
+            "format_ok_fraction": sum(format_ok) / len(format_ok) if format_ok else None,
+            "episodes": len(trajectories), "instances": len(order)}
+
+
+def evaluate_policy(policy, tokenizer, env_name: str, overrides: dict, rollout_cfg, num_groups: int,
+                    seed: int) -> dict:
+    import envs
+    import torch
+
+    from ragen2.rollout import rollout
+
+    entry = envs.spec(env_name)
+    env_config = entry.make_config(**overrides)
+    rng = np.random.default_rng([seed, EVAL_STREAM])
+    seeds = [int(s) for s in rng.integers(0, 2**31 - 1, size=num_groups)]
+    generator = torch.Generator().manual_seed(seed + EVAL_STREAM)
+    batch = rollout(policy, tokenizer, lambda: entry.env_cls(env_config), seeds, rollout_cfg, generator)
+    return {**episode_statistics(batch.trajectories), "instance_seeds": seeds}
+
+
+# --- the command -----------------------------------------------------------------------------
+
+
+def _fmt(stat: dict) -> str:
+    if stat["mean"] is None:
+        return "n/a"
+    return f"{stat['mean']:.3f}" + ("" if stat["se"] is None else f" ± {stat['se']:.3f}")
+
+
+def run_eval(args) -> int:
+    try:
+        if args.episodes < 1 or (args.group_size is not None and args.group_size < 1):
+            raise EvalError("--episodes and --group-size must be at least 1")
+        cfg, checkpoint, label = resolve_target(args.target)
+        overrides = env_overrides(cfg, args.env, args.env_override)
+        rollout_overrides = {"group_size": args.group_size, "max_turns": args.max_turns,
+                             "max_new_tokens": args.max_new_tokens}
+        for key, value in rollout_overrides.items():
+            if value is not None:
+                setattr(cfg.rollout, key, value)
+        if args.device:
+            cfg.model.device = args.device
+    except (EvalError, ConfigError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    from ragen2 import models as model_lib
+    from ragen2.engines import local
+    from ragen2.trainer import rollout_config
+
+    group_size = cfg.rollout.group_size
+    num_groups = math.ceil(args.episodes / group_size)
+    temperature = cfg.trainer.val_temperature if args.temperature is None else args.temperature
+    print(f"loading {cfg.model.name}" + (f" + weights of {checkpoint}" if checkpoint else "") + " …", file=sys.stderr)
+    try:
+        source = model_lib.resolve_model_source(cfg.model.name)
+        lora = (model_lib.LoraSettings(rank=cfg.model.lora_rank, alpha=cfg.model.lora_alpha,
+                                       dropout=cfg.model.lora_dropout) if cfg.model.lora_rank > 0 else None)
+        device = local.pick_device(cfg.model.device)
+        tokenizer = model_lib.load_tokenizer(source)
+        policy = model_lib.load_policy(source, dtype=cfg.model.dtype, device=device, lora=lora)
+        if checkpoint is not None:
+            model_lib.load_model_weights(policy, checkpoint / "policy")
+    except (model_lib.ModelSourceError, model_lib.ModelWeightsError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    started = time.perf_counter()
+    stats = evaluate_policy(policy, tokenizer, args.env, overrides, rollout_config(cfg, temperature), num_groups,
+                            args.seed)
+    result = {"target": args.target, "checkpoint": str(checkpoint) if checkpoint else None, "model": cfg.model.name,
+              "env": args.env, "env_overrides": overrides, "group_size": group_size, "seed": args.seed,
+              "temperature": temperature, "max_turns": cfg.rollout.max_turns,
+              "max_new_tokens": cfg.rollout.max_new_tokens, "wall_s": round(time.perf_counter() - started, 1),
+              **stats}
+    out = args.out or ((checkpoint.parent.parent / "eval" if checkpoint else Path("eval"))
+                       / f"{label}-{args.env}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1))
+    print(f"{args.env}: {stats['episodes']} episodes on {stats['instances']} instances (G={group_size}), "
+          f"T={temperature:g}\n"
+          f"  success rate  {_fmt(stats['success_rate'])}\n"
+          f"  pass@{group_size:<8} {_fmt(stats['pass_at_g'])}\n"
+          f"  reward        {_fmt(stats['reward'])}\n"
+          f"  (± standard error over instances)\n"
+          f"wrote {out}")
+    return 0

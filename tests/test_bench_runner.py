@@ -1,0 +1,234 @@
+"""The bench runner: finished cells skipped, a failing cell isolated, resume from a checkpoint.
+
+Most tests drive `run_cells` with a fake cell function (no model); one trains real cells of a
+tiny in-process model, and one starts a real worker process that fails.
+"""
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from ragen2.bench import runner
+from ragen2.bench.display import PlainDisplay
+from ragen2.bench.suite import SuiteError, expand, load_suite
+from ragen2.cli import main
+from ragen2.rollout.tiny import tiny_llama, tiny_tokenizer
+from ragen2.run_log import read_metrics
+
+TINY = ["rollout.num_groups=2", "rollout.group_size=2", "rollout.max_new_tokens=6", "trainer.val_groups=2",
+        "optim.micro_batch_size=2", "optim.mini_batch_size=4", "probe.every=0"]
+
+
+def make_cells(tmp_path, seeds=(0, 1), overrides=(), model=None, keep=False):
+    data = {"name": "t", "seeds": list(seeds), "keep_final_checkpoint": keep,
+            "overrides": [*TINY, "trainer.total_steps=2", *overrides],
+            "matrices": [{"name": "m", "algos": ["grpo"], "filters": ["none", "snr-top-p"], "envs": [None],
+                          **({"models": [str(model)]} if model else {})}]}
+    path = tmp_path / "suite.yaml"
+    path.write_text(yaml.safe_dump(data))
+    suite = load_suite(str(path))
+    return suite, expand(suite, tmp_path / "bench")
+
+
+def fake_cell(calls, fail=()):
+    """Writes what a finished run leaves (metrics, summary, a checkpoint) unless the cell is in `fail`."""
+    def run(cell, on_progress):
+        calls.append(cell.name)
+        on_progress("1/2")
+        if cell.name in fail:
+            raise RuntimeError(f"boom in {cell.name}\nsecond line of the traceback")
+        (cell.run_dir / "metrics.jsonl").write_text(json.dumps({"step": 0, "rollout/reward_mean": 0.5}) + "\n")
+        (cell.run_dir / "checkpoints" / "step_000002").mkdir(parents=True)
+        (cell.run_dir / "checkpoints" / "step_000002" / "state.json").write_text("{}")
+        (cell.run_dir / "summary.json").write_text(json.dumps({"final_val_success_rate": 0.25, "steps": 2}))
+    return run
+
+
+def test_a_failing_cell_never_stops_the_others_and_a_rerun_skips_finished_cells(tmp_path):
+    _, cells = make_cells(tmp_path)
+    names = [c.name for c in cells]
+    calls, stream = [], io.StringIO()
+    statuses = runner.run_cells(cells, fake_cell(calls, fail={names[1]}), PlainDisplay(names, stream))
+    assert calls == names  # the failure in the second cell did not stop the third and fourth
+    assert statuses == {names[0]: "done", names[1]: "failed", names[2]: "done", names[3]: "done"}
+    state = runner.read_state(cells[1].run_dir)
+    assert state["status"] == "failed" and state["reason"] == f"RuntimeError: boom in {names[1]}"
+    assert state["attempts"] == 1 and state["wall_s"] >= 0
+    assert (cells[1].run_dir / "config.yaml").read_text() == cells[1].config.to_yaml()
+    log = stream.getvalue()
+    assert f"{names[1]}: failed" in log and "boom in" in log and f"{names[0]}: done" in log
+    assert "val success 0.250" in log
+
+    calls.clear()
+    statuses = runner.run_cells(cells, fake_cell(calls), PlainDisplay(names, io.StringIO()))
+    assert calls == [names[1]]  # only the unfinished cell runs again
+    assert set(statuses.values()) == {"done"}
+    assert runner.read_state(cells[1].run_dir)["attempts"] == 2
+    assert runner.read_state(cells[1].run_dir)["reason"] is None
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_the_final_checkpoint_is_deleted_unless_the_suite_keeps_it(tmp_path, keep):
+    suite, cells = make_cells(tmp_path, seeds=(0,), keep=keep)
+    runner.run_cells(cells, fake_cell([]), PlainDisplay([c.name for c in cells], io.StringIO()),
+                     suite.keep_final_checkpoint)
+    assert all((c.run_dir / "checkpoints").exists() == keep for c in cells)
+
+
+def test_a_cell_without_summary_counts_as_failed_and_an_interrupt_is_not_a_failure(tmp_path):
+    _, cells = make_cells(tmp_path, seeds=(0,))
+    names = [c.name for c in cells]
+
+    def quiet_exit(cell, on_progress):  # returns normally but leaves no summary.json
+        pass
+
+    statuses = runner.run_cells(cells, quiet_exit, PlainDisplay(names, io.StringIO()))
+    assert set(statuses.values()) == {"failed"}
+    assert runner.read_state(cells[0].run_dir)["reason"] == "the run ended without writing summary.json"
+
+    def interrupted(cell, on_progress):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_cells(cells, interrupted, PlainDisplay(names, io.StringIO()))
+    assert runner.read_state(cells[0].run_dir)["status"] == "interrupted"
+
+
+def test_a_run_directory_with_another_config_is_refused_before_anything_runs(tmp_path):
+    _, cells = make_cells(tmp_path, seeds=(0,))
+    runner.run_cells(cells, fake_cell([]), PlainDisplay([c.name for c in cells], io.StringIO()))
+    runner.check_resumable(cells)  # same suite: fine
+    (cells[0].run_dir / "config.yaml").write_text(
+        cells[0].config.to_yaml().replace(f"out: {tmp_path}/bench/runs", "out: bench/runs"))
+    assert "  out: bench/runs\n" in (cells[0].run_dir / "config.yaml").read_text()
+    runner.check_resumable(cells)  # the same folder named relatively: still the same run
+    _, changed = make_cells(tmp_path, seeds=(0,), overrides=["optim.actor_lr=1e-3"])
+    with pytest.raises(SuiteError, match=r"another config \(differs in \['optim.actor_lr'\]\)"):
+        runner.check_resumable(changed)
+
+
+# --- real cells --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tiny-model")
+    tokenizer = tiny_tokenizer("chatml")
+    tiny_llama(tokenizer, seed=0).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def _deterministic(rows):
+    return [{k: v for k, v in r.items() if not k.startswith(("time/", "throughput/"))} for r in rows]
+
+
+def test_a_half_finished_cell_resumes_from_its_checkpoint(tmp_path, tiny_model_dir):
+    torch.set_num_threads(1)
+    suite, cells = make_cells(tmp_path, seeds=(0,), model=tiny_model_dir,
+                              overrides=["trainer.save_every=1", "trainer.keep_last=2"])
+    cell = cells[0]
+    display = PlainDisplay([cell.name], io.StringIO())
+    runner.run_cells([cell], runner.in_process_cell, display, keep_final_checkpoint=True)
+    complete = read_metrics(cell.run_dir)
+    assert len(complete) == 2 and runner.read_state(cell.run_dir)["status"] == "done"
+    # Make it half-finished, as a process killed during step 2 leaves it: step 1's checkpoint only.
+    import shutil
+
+    shutil.rmtree(cell.run_dir / "checkpoints" / "step_000002")
+    (cell.run_dir / "summary.json").unlink()
+    runner.run_cells([cell], runner.in_process_cell, display, keep_final_checkpoint=False)
+    events = [json.loads(line) for line in (cell.run_dir / "events.jsonl").read_text().splitlines()]
+    resumes = [e for e in events if e["kind"] == "resume"]
+    assert len(resumes) == 1 and resumes[0]["step"] == 1
+    resumed = read_metrics(cell.run_dir)
+    assert _deterministic(resumed) == _deterministic(complete)  # step 2 redone exactly, from the checkpoint
+    assert not (cell.run_dir / "checkpoints").exists()  # finished and not kept
+    assert runner.read_state(cell.run_dir)["attempts"] == 2
+
+
+def test_a_crashing_worker_process_is_recorded_with_its_reason(tmp_path):
+    _, cells = make_cells(tmp_path, seeds=(0,), model="/nonexistent/model")
+    cell = cells[0]
+    statuses = runner.run_cells([cell], runner.subprocess_cell, PlainDisplay([cell.name], io.StringIO()))
+    assert statuses == {cell.name: "failed"}
+    reason = runner.read_state(cell.run_dir)["reason"]
+    assert reason == "ModelSourceError: no model directory at /nonexistent/model"
+    assert "Traceback" in (cell.run_dir / runner.CELL_LOG).read_text()
+
+
+def test_cli_runs_a_suite_in_process_then_reports(tmp_path, tiny_model_dir, capsys):
+    torch.set_num_threads(1)
+    data = {"name": "tiny", "seeds": [0], "overrides": [*TINY, "trainer.total_steps=1"],
+            "matrices": [{"name": "m", "algos": ["grpo"], "filters": ["none", "snr-top-p"], "envs": [None],
+                          "models": [str(tiny_model_dir)]}]}
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(data))
+    out = tmp_path / "bench"
+    argv = ["bench", str(tmp_path / "tiny.yaml"), "--out", str(out), "--in-process", "--plain", "--no-plots"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert "bandit--grpo--none--s0: done" in captured.err and "report:" in captured.out
+    manifest = json.loads((out / "bench.json").read_text())
+    assert [c["name"] for c in manifest["cells"]] == ["bandit--grpo--none--s0", "bandit--grpo--snr-top-p--s0"]
+    rows = (out / "results.csv").read_text().splitlines()
+    assert len(rows) == 3 and all(",done," in row for row in rows[1:])
+    assert main(argv) == 0  # everything done: a second run only reports
+    assert "bandit--grpo--none--s0: done" in capsys.readouterr().err
+
+
+def test_engine_openrlhf_runs_the_engine_or_says_clearly_why_not(tmp_path, monkeypatch, capsys):
+    import sys
+    import types
+
+    from ragen2.bench import worker
+
+    suite, cells = make_cells(tmp_path, seeds=(0,))
+    argv = ["bench", str(suite.path), "--out", str(tmp_path / "bench"), "--engine", "openrlhf"]
+    monkeypatch.setattr(worker, "_openrlhf_installed", lambda: False)  # as on this CPU machine
+    assert main(argv) == 2
+    assert 'needs the extra: pip install "ragen2[openrlhf]"' in capsys.readouterr().err
+    monkeypatch.setitem(sys.modules, "ragen2.engines.openrlhf.launch", None)  # the engine module missing
+    assert main(argv) == 2
+    assert "--engine openrlhf: the OpenRLHF engine is not importable" in capsys.readouterr().err
+    assert not (tmp_path / "bench" / "bench.json").exists()  # refused before anything was written
+
+    launched = []
+
+    def run(cfg, run_dir, args):
+        launched.append((cfg.trainer.run_name, run_dir, args.nodes, args.gpus_per_node, args.dry_run))
+        if len(launched) == 1:
+            return 3
+        (run_dir / "summary.json").write_text(json.dumps({"final_val_success_rate": 1.0}))
+        return 0
+
+    monkeypatch.setitem(sys.modules, "ragen2.engines.openrlhf.launch", types.SimpleNamespace(run=run))
+    monkeypatch.setattr(worker, "_openrlhf_installed", lambda: True)
+    cell = cells[0]
+    engine_cell = lambda c, p: runner.in_process_cell(c, p, engine="openrlhf", cluster={"nodes": 2})  # noqa: E731
+    runner.run_cells([cell], engine_cell, PlainDisplay([cell.name], io.StringIO()))
+    assert runner.read_state(cell.run_dir)["reason"] == "RuntimeError: the OpenRLHF engine exited with status 3"
+    runner.run_cells([cell], engine_cell, PlainDisplay([cell.name], io.StringIO()))
+    assert launched[1] == (cell.name, cell.run_dir, 2, 8, False) and runner.read_state(cell.run_dir)["status"] == "done"
+
+
+def test_live_table_shows_each_cell_status_and_reason():
+    from rich.console import Console
+
+    from ragen2.bench.display import LiveDisplay, make_display
+
+    assert type(make_display(["a"], "t", live=False)) is PlainDisplay  # not a terminal: plain lines
+    display = LiveDisplay(["cell-a", "cell-b", "cell-c"], "bench t")
+    display.update("cell-a", status="done", note="val success 0.500", wall_s=90)
+    display.update("cell-b", status="failed", note="RuntimeError: boom", wall_s=6)
+    display.update("cell-c", status="running", progress="2/3")
+    console = Console(record=True, width=150, file=io.StringIO())
+    console.print(display._table())
+    text = console.export_text()
+    assert "bench t  [1 done, 1 failed, 1 running]" in text
+    for line in ("cell-a │ done", "cell-b │ failed", "cell-c │ running │ 2/3"):
+        assert line in text
+    assert "RuntimeError: boom" in text and "1.5 min" in text
