@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from ragen2.config import ConfigError, build_config, load_config
+from ragen2.engines.openrlhf import launch as openrlhf_launch
 
 GROUP_KEYS = ("env", "algo", "filter")  # `env=frozen_lake` picks a preset; `env.name=…` sets a key
 
@@ -27,6 +28,12 @@ def add_parser(commands) -> None:
     parser.add_argument("--steps", type=int, help="total training steps")
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its latest checkpoint")
     parser.add_argument("--quiet", action="store_true", help="no per-step progress lines")
+    parser.add_argument("--engine", choices=("local", "openrlhf"), default="local",
+                        help="local: this process (CPU or one GPU); openrlhf: OpenRLHF 0.11.2 on a Ray cluster "
+                             "(docs/distributed.md)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="--engine openrlhf: write the run's files and print the exact command, launch nothing")
+    openrlhf_launch.add_arguments(parser)
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted config overrides")
     parser.set_defaults(run=run_train)
 
@@ -69,11 +76,20 @@ def compose(args):
 
 
 def run_train(args) -> int:
+    engine = getattr(args, "engine", "local")
+    if engine == "openrlhf" and args.resume:
+        print("error: --resume is for the local engine; the OpenRLHF engine does not resume runs yet", file=sys.stderr)
+        return 2
+    if engine == "local" and getattr(args, "dry_run", False):
+        print("error: --dry-run goes with --engine openrlhf", file=sys.stderr)
+        return 2
     try:
         cfg, run_dir, resume = compose(args)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    if engine == "openrlhf":
+        return openrlhf_launch.run(cfg, run_dir, args)
     from ragen2 import trainer  # heavy imports only once the config is known to be good
 
     print(f"run directory: {run_dir}", file=sys.stderr)

@@ -1,0 +1,169 @@
+"""`AgentExecutor` for OpenRLHF's `--train.agent_func_path`: one ragen2 env episode per call.
+
+OpenRLHF loads this file by path in every vLLM rollout worker and calls
+`execute(prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine)` once per sample.
+Why our own executor rather than OpenRLHF's MultiTurnAgentExecutor: that one lets a turn use
+all the context that is left (`max_tokens = max_length - len(tokens)`), re-tokenizes env
+feedback without the chat template, and has no format penalty. Here:
+
+- The label (JSON, written by `flags.episode_label`) carries the env, its config, the seed and
+  the per-turn limits; the prompt string is only an id.
+- Prompts are RAGEN's (`envs.prompt`) through the tokenizer's chat template, tokenized
+  incrementally (`ragen2.rollout.chat.TokenTrajectory`), so the ids trained on are exactly
+  the ids sampled, and each assistant turn opens with the prefilled tag, as in the local engine.
+- Each turn may sample at most `max_new_tokens`; an episode whose next prompt would not leave
+  room for a full turn inside `max_length` ends there (the local rollout's rule).
+- The env's step reward already holds the format penalty; the episode reward is their sum,
+  returned as a tensor. Success goes to `scores` and, with other env metrics, to `extra_logs`.
+- Only the sampled tokens are in `action_ranges`: template and env tokens are masked out of
+  the loss by OpenRLHF's action mask.
+- Env code (construction, reset, step, close) may block (DeepCoder runs a sandbox): it runs in
+  a thread (`asyncio.to_thread`), never on the engine's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import defaultdict
+from copy import deepcopy
+from dataclasses import dataclass
+
+import torch
+from openrlhf.utils.agent import AgentExecutorBase
+
+import envs
+from envs.prompt import first_turn_messages, reward_message, turn_message
+from ragen2.rollout.chat import ChatFormat, TokenTrajectory, reply_text
+
+STOP_STRINGS = ["</answer>"]  # as the local rollout: a turn ends once its answer is closed
+EXTRA_LOG_KEYS = ("env/success", "env/num_turns", "env/format_ok_fraction", "env/valid_action_fraction",
+                  "env/actions_executed", "env/context_truncated")
+
+
+class EpisodeLabelError(ValueError):
+    """A prompt row's label is not an episode spec written by ragen2."""
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    env: str
+    env_config: dict
+    seed: int
+    max_turns: int
+    max_new_tokens: int
+    max_response_words: int | None = None
+
+    @classmethod
+    def from_label(cls, label) -> "EpisodeSpec":
+        try:
+            data = json.loads(label) if isinstance(label, str) else dict(label)
+        except (TypeError, ValueError) as error:
+            raise EpisodeLabelError(f"label {label!r:.200} is not a ragen2 episode spec (JSON): {error}") from None
+        missing = [k for k in ("env", "env_config", "seed", "max_turns", "max_new_tokens") if k not in data]
+        if missing:
+            raise EpisodeLabelError(f"label is missing {missing}; was the dataset written by ragen2's flags?")
+        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        return cls(**known)
+
+    def make_env(self):
+        entry = envs.spec(self.env)
+        return entry.env_cls(entry.make_config(**self.env_config))
+
+
+def _sampled_logprobs(output, ids: list[int]) -> list[float]:
+    """vLLM's per-position {token: Logprob} dicts → the sampled tokens' log-probs."""
+    values = []
+    for token, candidates in zip(ids, output.logprobs):
+        entry = candidates.get(token) if candidates is not None else None
+        values.append(float(entry.logprob) if entry is not None else 0.0)
+    return values
+
+
+class AgentExecutor(AgentExecutorBase):
+    def __init__(self):
+        # The G samples of one prompt are G calls with the same label: count them so that each
+        # gets its own rollout_index (its own dynamics coins on the same instance).
+        self._members: dict[str, int] = defaultdict(int)
+
+    def _next_member(self, label) -> int:
+        key = label if isinstance(label, str) else json.dumps(label, sort_keys=True)
+        member = self._members[key]
+        self._members[key] += 1
+        return member
+
+    async def execute(self, prompt, label, sampling_params, max_length: int, hf_tokenizer, llm_engine, images=None):
+        spec = EpisodeSpec.from_label(label)
+        member = self._next_member(label)
+        env = await asyncio.to_thread(spec.make_env)
+        try:
+            return await self._play(spec, member, env, prompt, label, sampling_params, max_length, hf_tokenizer,
+                                    llm_engine, images)
+        finally:
+            await asyncio.to_thread(env.close)
+
+    async def _play(self, spec, member, env, prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine,
+                    images):
+        observation, _ = await asyncio.to_thread(env.reset, seed=spec.seed, options={"rollout_index": member})
+        prefill = "<think>" if env.config.require_think else "<answer>"
+        chat = ChatFormat(hf_tokenizer)
+        system, first_user = first_turn_messages(env, observation, spec.max_response_words)
+        trajectory = TokenTrajectory(chat, [system, first_user], prefill=prefill)
+        eos_ids = {t for t in (getattr(hf_tokenizer, "eos_token_id", None),) if t is not None}
+        want_logprobs = getattr(sampling_params, "logprobs", None) is not None
+
+        total_reward, success, truncated, context_truncated = 0.0, False, False, False
+        format_ok, valid, actions_executed = [], [], 0
+        for turn in range(spec.max_turns):
+            if len(trajectory.input_ids) + spec.max_new_tokens > max_length:
+                if turn == 0:
+                    raise ValueError(
+                        f"the first prompt of {spec.env} seed {spec.seed} has {len(trajectory.input_ids)} tokens; with "
+                        f"rollout.max_new_tokens={spec.max_new_tokens} it exceeds --data.max_len={max_length}: "
+                        "raise rollout.max_context_tokens")
+                context_truncated = True
+                break
+            params = deepcopy(sampling_params)
+            params.max_tokens = spec.max_new_tokens  # the per-turn cap, not the context left
+            params.stop = list(STOP_STRINGS)
+            params.include_stop_str_in_output = True
+            request = await llm_engine.generate(list(trajectory.input_ids), params)
+            output = request.outputs[0]
+            ids = list(output.token_ids)
+            if not ids:  # vLLM samples min_tokens >= 1; nothing to train on otherwise
+                break
+            logprobs = _sampled_logprobs(output, ids) if want_logprobs else [0.0] * len(ids)
+            ended_with_eos = ids[-1] in eos_ids
+            text = prefill + reply_text(chat, ids, ended_with_eos)
+            observation, reward, terminated, env_truncated, info = await asyncio.to_thread(env.step, text)
+            trajectory.add_reply(ids, logprobs, text, ended_with_eos=ended_with_eos)
+            total_reward += float(reward)
+            success = bool(info["success"])
+            format_ok.append(bool(info["parse"]["format_ok"]))
+            valid.append(bool(info["action_is_valid"]))
+            actions_executed += len(info["actions_executed"])
+            truncated = output.finish_reason == "length"
+            if terminated or env_truncated or turn + 1 >= spec.max_turns:
+                break
+            next_turn = turn_message(env, turn + 2, observation, max_response_words=spec.max_response_words,
+                                     previous_turn_invalid=not info["action_is_valid"])["content"]
+            trajectory.add_user(reward_message(reward)["content"] + next_turn)
+
+        end = trajectory.last_sampled_end()  # trailing template / next-turn prompt is not trained on
+        turns = len(trajectory.turn_spans)
+        extra_logs = dict(zip(EXTRA_LOG_KEYS, (
+            float(success), float(turns), sum(format_ok) / max(1, len(format_ok)), sum(valid) / max(1, len(valid)),
+            float(actions_executed), float(context_truncated))))
+        return {
+            "prompt": prompt,
+            "label": label,
+            "images": images,
+            "mm_train_inputs": None,
+            "reward": torch.tensor(total_reward, dtype=torch.float32),
+            "scores": torch.tensor(float(success), dtype=torch.float32),
+            "observation_tokens": list(trajectory.input_ids[:end]),
+            "action_ranges": [tuple(span) for span in trajectory.turn_spans],
+            "rollout_log_probs": list(trajectory.logprobs[:end]) if want_logprobs else None,
+            "truncated": truncated,
+            "extra_logs": extra_logs,
+        }

@@ -1,0 +1,345 @@
+"""Translate a ragen2 config into an OpenRLHF 0.11.2 launch: flags, datasets and settings.
+
+    plan = plan_launch(cfg, run_dir, Cluster(nodes=1, gpus_per_node=8))
+    plan.command   # ["python", "-m", "ragen2.engines.openrlhf.launch", "--ragen2.settings", …, "--actor…"]
+    plan.files     # {path: text}: train/val prompt datasets (JSONL) and the settings JSON
+
+Pure: nothing here imports OpenRLHF, so `--dry-run` works on any machine. Flag names are
+0.11.2's dotted names (`--actor.*`, `--algo.*`, `--train.*`, `--rollout.*`; 0.10.2 renamed
+them all). Every config value OpenRLHF cannot express raises UnsupportedConfig naming the key;
+all such problems of one config are reported together.
+
+One prompt row per env instance: OpenRLHF draws `--rollout.batch_size` rows per step and samples
+`--rollout.n_samples_per_prompt` episodes of each, so a row is one of our groups. The row's label
+carries the episode settings (env, its config, the seed, the per-turn token cap, ...), read by
+`agent.AgentExecutor`; the prompt text is only an id, the executor renders the real prompt
+through the chat template. Seeds are the local engine's (`trainer.step_seeds`), so both engines
+meet the same instances in the same steps.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ragen2.config import Config, ConfigError
+from ragen2.engines.openrlhf import OPENRLHF_VERSION
+
+LAUNCH_MODULE = "ragen2.engines.openrlhf.launch"
+SETTINGS_FLAG = "--ragen2.settings"
+WANDB_KEY_PLACEHOLDER = "${WANDB_API_KEY}"  # filled from the environment at launch, never written out
+OPENRLHF_GROUP_STD_EPS = 1e-9  # experience_maker's group_norm: (r - mean) / (std + 1e-9)
+VLLM_GPU_MEMORY_UTILIZATION = 0.5  # colocated: vLLM sleeps during training but shares the GPU with DeepSpeed
+BUNDLED_NAMES = ("bundled", "smollm2", "smollm2-135m-instruct")  # ragen2.models.BUNDLED_NAMES
+ESTIMATORS = {"gae": "gae", "grpo": "group_norm", "dr_grpo": "dr_grpo"}
+OPENRLHF_LOSS_AGG = ("token-mean", "seq-mean-token-mean")  # --actor.loss_agg_mode choices
+REWARD_CLIP = 1e9  # "no clipping" for --reward.clip_range
+DTYPES = {"bfloat16": "bf16", "float16": "fp16"}
+
+
+class UnsupportedConfig(ConfigError):
+    """Config values the OpenRLHF engine cannot run; the message names each key."""
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Where the run goes: every model (actor, critic, reference, vLLM) colocated on all GPUs."""
+
+    nodes: int = 1
+    gpus_per_node: int = 8
+    vllm_tensor_parallel: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("nodes", "gpus_per_node", "vllm_tensor_parallel"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise UnsupportedConfig(f"cluster: {name} must be an int >= 1, got {value!r}")
+        if self.gpus // self.vllm_tensor_parallel * self.vllm_tensor_parallel != self.gpus:
+            raise UnsupportedConfig(f"cluster: {self.gpus} GPUs cannot be split into vLLM engines of "
+                                    f"tensor-parallel size {self.vllm_tensor_parallel}")
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def data_parallel(self) -> int:
+        """DeepSpeed data-parallel ranks of the actor (no ring attention or DeepSpeed TP here)."""
+        return self.gpus
+
+    @property
+    def vllm_engines(self) -> int:
+        return self.gpus // self.vllm_tensor_parallel
+
+
+@dataclass
+class LaunchPlan:
+    command: list[str]  # argv, launcher first; the wandb key as a placeholder
+    files: dict[Path, str]  # what to write before launching
+    settings: dict  # the trainer subclass's settings (also in files, as JSON)
+    notes: list[str] = field(default_factory=list)  # approximations worth knowing
+
+    @property
+    def openrlhf_flags(self) -> list[str]:
+        return self.command[self.command.index(SETTINGS_FLAG) + 2:]
+
+
+# ----------------------------------------------------------------------------- checks
+
+
+def _set_explicitly(section, key: str) -> bool:
+    return key in section.model_fields_set
+
+
+def unsupported(cfg: Config) -> list[str]:
+    """One line per config value OpenRLHF 0.11.2 cannot express, each naming its key."""
+    problems = []
+    m, r, a, f, p = cfg.model, cfg.rollout, cfg.algo, cfg.filter, cfg.probe
+    if m.name.lower() in BUNDLED_NAMES:
+        problems.append(f"model.name={m.name}: the bundled model is a GGUF file dequantised on first use; vLLM and "
+                        "DeepSpeed need a Hugging Face model on every node: pass --model with a hub id (e.g. "
+                        "HuggingFaceTB/SmolLM2-135M-Instruct, Qwen/Qwen2.5-3B-Instruct) or a directory present on "
+                        "every node")
+    if m.dtype not in DTYPES:
+        problems.append(f"model.dtype={m.dtype}: OpenRLHF trains in bf16 or fp16 (--ds.param_dtype); "
+                        "set model.dtype=bfloat16")
+    if m.device not in ("auto", "cuda"):
+        problems.append(f"model.device={m.device}: Ray places the models on GPUs; leave model.device=auto")
+    if r.context != "full":
+        problems.append("rollout.context=window: an OpenRLHF agent returns one token sequence per episode "
+                        "(observation_tokens + action_ranges); window mode trains each turn as its own row")
+    if a.advantage not in ESTIMATORS:
+        problems.append(f"algo.advantage={a.advantage}: OpenRLHF's estimators are gae, group_norm, dr_grpo, "
+                        f"reinforce, rloo, reinforce_baseline, flash_reinforce; ragen2 maps {sorted(ESTIMATORS)}")
+    if a.advantage == "gae" and r.max_turns > 1:
+        for key, value in (("gamma", a.gamma), ("lam", a.lam)):
+            if value != 1.0:
+                problems.append(f"algo.{key}={value}: OpenRLHF's GAE runs over every position of the sequence, "
+                                "so with several turns it discounts across the env's tokens too; only "
+                                f"algo.{key}=1.0 gives the local engine's multi-turn GAE")
+    if a.loss_agg not in OPENRLHF_LOSS_AGG:
+        problems.append(f"algo.loss_agg={a.loss_agg}: --actor.loss_agg_mode offers only {list(OPENRLHF_LOSS_AGG)}")
+    if a.uses_critic and a.value_clip is None:
+        problems.append("algo.value_clip=null: OpenRLHF always clips the value (--critic.value_clip); set a number")
+    if (a.advantage == "grpo" and _set_explicitly(a, "grpo_std_eps")
+            and not math.isclose(a.grpo_std_eps, OPENRLHF_GROUP_STD_EPS)):
+        problems.append(f"algo.grpo_std_eps={a.grpo_std_eps}: OpenRLHF's group_norm divides by std + "
+                        f"{OPENRLHF_GROUP_STD_EPS:g}, fixed")
+    if a.filter_loss_scaling != "none":
+        problems.append(f"algo.filter_loss_scaling={a.filter_loss_scaling}: the OpenRLHF actor computes its own "
+                        "loss; only 'none' is supported")
+    if f.strategy != "none" and f.metric == "given":
+        problems.append("filter.metric=given: the OpenRLHF engine ranks groups by their reward spread only")
+    if p.grad_every > 0:
+        problems.append(f"probe.grad_every={p.grad_every}: the gradient decomposition needs the actor's backward "
+                        "pass, which runs inside OpenRLHF's DeepSpeed workers; set probe.grad_every=0")
+    for key in ("stop_on_collapse", "stop_on_early_warning"):
+        if getattr(p, key):
+            problems.append(f"probe.{key}=true: the collapse detector is not wired into the OpenRLHF engine "
+                            "(the MI probe's metrics are logged); set it to false")
+    return problems
+
+
+def batch_unit(cfg: Config, cluster: Cluster) -> int:
+    """The sample count every trained step must be a multiple of.
+
+    Experiences are concatenated `--rollout.micro_batch_size` at a time and dealt out to the
+    data-parallel ranks in equal chunks; each rank then steps its optimizer every
+    `train_batch / (micro * dp)` micro-batches (DeepSpeed's gradient accumulation). A count that
+    is not a multiple of lcm(micro * dp, train_batch) leaves a rank with fewer micro-batches (a
+    hung collective) or with accumulated gradients that never reach an optimizer step.
+    """
+    o = cfg.optim
+    return math.lcm(o.micro_batch_size * cluster.data_parallel, o.mini_batch_size)
+
+
+def batch_problems(cfg: Config, cluster: Cluster) -> list[str]:
+    o, r = cfg.optim, cfg.rollout
+    per_step = o.micro_batch_size * cluster.data_parallel
+    if o.mini_batch_size % per_step:
+        return [f"optim.mini_batch_size={o.mini_batch_size}: DeepSpeed's global batch must be a multiple of "
+                f"optim.micro_batch_size ({o.micro_batch_size}) x data-parallel GPUs ({cluster.data_parallel}) "
+                f"= {per_step}"]
+    unit = batch_unit(cfg, cluster)
+    if (r.num_groups * r.group_size) % unit:
+        return [f"rollout.num_groups={r.num_groups} x rollout.group_size={r.group_size} = "
+                f"{r.num_groups * r.group_size} samples per step is not a multiple of {unit} (the lcm of "
+                f"optim.mini_batch_size and optim.micro_batch_size x {cluster.data_parallel} GPUs)"]
+    f = cfg.filter
+    if f.strategy in ("top_k", "top_k_abs"):  # a fixed count: it must fill at least one batch unit
+        kept = max(1, int(f.value * r.num_groups + 1e-9)) if f.strategy == "top_k" else int(f.value)
+        if min(kept, r.num_groups) * r.group_size < unit:
+            return [f"filter.value={f.value}: {f.strategy} keeps {kept} groups = {kept * r.group_size} samples, "
+                    f"fewer than one batch unit ({unit}), so every step would be skipped; lower "
+                    "optim.mini_batch_size / optim.micro_batch_size or keep more groups"]
+    return []
+
+
+# ----------------------------------------------------------------------------- files
+
+
+def prefill_tag(cfg: Config) -> str:
+    """The tag that opens every assistant turn in the prompt, as the local rollout writes it."""
+    import envs
+
+    require_think = envs.spec(cfg.env.name).make_config(**cfg.env.overrides).require_think
+    return "<think>" if require_think else "<answer>"
+
+
+def episode_label(cfg: Config, env_name: str, overrides: dict, seed: int) -> str:
+    """The label of one prompt row: everything the agent needs to play one episode."""
+    r = cfg.rollout
+    return json.dumps({"env": env_name, "env_config": overrides, "seed": int(seed), "max_turns": r.max_turns,
+                       "max_new_tokens": r.max_new_tokens, "max_response_words": r.max_response_words},
+                      sort_keys=True)
+
+
+def dataset_rows(cfg: Config, split: str) -> list[dict]:
+    """Prompt rows: `train` = total_steps x num_groups instances in step order, `val` = val_groups."""
+    from ragen2.trainer import step_seeds, validation_seeds  # the local engine's seeds, same instances
+
+    if split == "train":
+        name, overrides = cfg.env.name, cfg.env.overrides
+        seeds = [s for step in range(cfg.trainer.total_steps) for s in step_seeds(cfg, step)]
+    elif split == "val":
+        name = cfg.env.val_name or cfg.env.name
+        overrides = {} if cfg.env.val_name else cfg.env.overrides  # as trainer.env_factory builds it
+        seeds = validation_seeds(cfg)
+    else:
+        raise ValueError(f"split must be 'train' or 'val', got {split!r}")
+    return [{"prompt": f"{name} seed={seed}", "label": episode_label(cfg, name, overrides, seed), "datasource": name}
+            for seed in seeds]
+
+
+def trainer_settings(cfg: Config, cluster: Cluster) -> dict:
+    """What the trainer subclass needs (filter, stop policy, probe, batch unit), as plain JSON."""
+    from ragen2.trainer import filter_config, stop_config  # the local engine's builders
+
+    stop = stop_config(cfg)
+    return {
+        "version": 1,
+        "group_size": cfg.rollout.group_size,
+        "batch_unit": batch_unit(cfg, cluster),
+        "filter": filter_config(cfg).to_dict(),
+        "stop": {k: getattr(stop, k) for k in ("max_consecutive_skips", "collapse_baseline_steps",
+                                                "collapse_patience", "collapse_ratio")},
+        "probe": json.loads(cfg.probe.model_dump_json()),
+        "prefill": prefill_tag(cfg),
+        "temperature": cfg.rollout.temperature,
+    }
+
+
+def _jsonl(rows: list[dict]) -> str:
+    return "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows)
+
+
+# ----------------------------------------------------------------------------- flags
+
+
+def _num(value) -> str:
+    """A number as argparse reads it back exactly (repr of a float round-trips)."""
+    return repr(float(value)) if isinstance(value, float) else str(value)
+
+
+def agent_path() -> Path:
+    """The agent module OpenRLHF loads by file path in each vLLM worker (installed with ragen2)."""
+    return Path(__file__).resolve().parent / "agent.py"
+
+
+def openrlhf_flags(cfg: Config, cluster: Cluster, run_dir: Path) -> list[str]:
+    m, r, a, o, t = cfg.model, cfg.rollout, cfg.algo, cfg.optim, cfg.trainer
+    files = run_dir / "openrlhf"
+    gpus = ["--{}.num_nodes", str(cluster.nodes), "--{}.num_gpus_per_node", str(cluster.gpus_per_node)]
+
+    def placed(role: str) -> list[str]:
+        return [item.format(role) for item in gpus]
+
+    flags = ["--actor.model_name_or_path", m.name, "--ds.param_dtype", DTYPES[m.dtype], *placed("actor")]
+    if a.kl_coef > 0:
+        flags += placed("ref")
+    if a.uses_critic:
+        flags += ["--critic.model_name_or_path", m.name, *placed("critic")]
+    flags += ["--vllm.num_engines", str(cluster.vllm_engines), "--vllm.tensor_parallel_size",
+              str(cluster.vllm_tensor_parallel), "--vllm.gpu_memory_utilization", _num(VLLM_GPU_MEMORY_UTILIZATION),
+              "--train.colocate_all", "--vllm.enable_sleep", "--ds.enable_sleep"]
+    flags += ["--train.agent_func_path", str(agent_path()),
+              "--data.prompt_dataset", str(files / "train.jsonl"), "--data.input_key", "prompt",
+              "--data.label_key", "label",
+              "--eval.dataset", str(files / "val.jsonl"), "--eval.steps", str(t.val_every or t.total_steps),
+              "--eval.temperature", _num(t.val_temperature), "--eval.n_samples_per_prompt", str(r.group_size)]
+    flags += ["--rollout.batch_size", str(r.num_groups), "--rollout.n_samples_per_prompt", str(r.group_size),
+              "--rollout.max_new_tokens", str(r.max_new_tokens), "--data.max_len", str(r.max_context_tokens),
+              "--rollout.temperature", _num(r.temperature), "--rollout.top_p", _num(r.top_p),
+              "--rollout.micro_batch_size", str(o.micro_batch_size)]
+    flags += ["--train.batch_size", str(o.mini_batch_size), "--train.micro_batch_size", str(o.micro_batch_size),
+              "--train.max_epochs", str(o.ppo_epochs), "--train.num_episodes", "1", "--train.seed", str(t.seed)]
+    # OpenRLHF clips rewards to [-10, 10] by default; the local engine does not clip (Sokoban's can exceed 10)
+    flags += ["--reward.clip_range", _num(-REWARD_CLIP), _num(REWARD_CLIP)]
+    flags += ["--algo.advantage.estimator", ESTIMATORS[a.advantage]]
+    if a.advantage == "gae":
+        flags += ["--algo.advantage.gamma", _num(a.gamma), "--algo.advantage.lambd", _num(a.lam)]
+    flags += ["--actor.eps_clip_low_high", _num(a.clip_low), _num(a.clip_high)]
+    if a.dual_clip is not None:
+        flags += ["--actor.dual_clip", _num(a.dual_clip)]
+    flags += ["--actor.loss_agg_mode", a.loss_agg, "--actor.entropy_coef", _num(a.entropy_coef),
+              "--algo.kl.init_coef", _num(a.kl_coef)]
+    if a.kl_coef > 0:
+        flags += (["--algo.kl.use_loss"] if a.kl_mode == "loss" else []) + ["--algo.kl.estimator", a.kl_estimator]
+    roles = ["actor"] + (["critic"] if a.uses_critic else [])
+    for role in roles:
+        lr = o.actor_lr if role == "actor" else o.critic_lr
+        flags += [f"--{role}.adam.lr", _num(lr), f"--{role}.adam.betas", _num(o.betas[0]), _num(o.betas[1]),
+                  f"--{role}.adam.weight_decay", _num(o.weight_decay), f"--{role}.max_norm", _num(o.grad_clip),
+                  f"--{role}.lr_scheduler", "constant"]  # the local engine's AdamW has no schedule
+    if a.uses_critic:
+        flags += ["--critic.value_clip", _num(a.value_clip)]
+    if m.lora_rank > 0:
+        flags += ["--ds.lora.rank", str(m.lora_rank), "--ds.lora.alpha", str(m.lora_alpha),
+                  "--ds.lora.dropout", _num(m.lora_dropout)]
+    if m.gradient_checkpointing:
+        flags += ["--actor.gradient_checkpointing_enable"]
+    flags += ["--ckpt.output_dir", str(run_dir / "model"), "--ckpt.path", str(run_dir / "checkpoints"),
+              "--ckpt.save_steps", str(t.save_every or -1), "--ckpt.max_num", str(t.keep_last),
+              "--logger.logging_steps", "1"]
+    if t.tensorboard:
+        flags += ["--logger.tensorboard_dir", str(run_dir / "tensorboard")]
+    if t.wandb:
+        flags += ["--logger.wandb.key", WANDB_KEY_PLACEHOLDER, "--logger.wandb.project", "ragen2",
+                  "--logger.wandb.run_name", run_dir.name]
+    return flags
+
+
+def plan_launch(cfg: Config, run_dir: Path, cluster: Cluster | None = None, python: str | None = None) -> LaunchPlan:
+    """The command and files of an OpenRLHF run of `cfg`; raises UnsupportedConfig first."""
+    cluster = cluster or Cluster()
+    problems = unsupported(cfg) + batch_problems(cfg, cluster)
+    if problems:
+        raise UnsupportedConfig(f"the OpenRLHF {OPENRLHF_VERSION} engine cannot run this config:\n  "
+                                + "\n  ".join(problems))
+    run_dir = Path(run_dir).absolute()  # Ray workers run elsewhere: every path in the flags is absolute
+    files = run_dir / "openrlhf"
+    settings = trainer_settings(cfg, cluster)
+    written = {
+        files / "train.jsonl": _jsonl(dataset_rows(cfg, "train")),
+        files / "val.jsonl": _jsonl(dataset_rows(cfg, "val")),
+        files / "settings.json": json.dumps(settings, indent=2, sort_keys=True) + "\n",
+        run_dir / "config.yaml": cfg.to_yaml(),
+    }
+    command = [python or sys.executable, "-m", LAUNCH_MODULE, SETTINGS_FLAG, str(files / "settings.json"),
+               *openrlhf_flags(cfg, cluster, run_dir)]
+    notes = []
+    if cfg.algo.uses_critic:
+        notes.append(f"algo.value_coef={cfg.algo.value_coef} is not passed: OpenRLHF trains the critic with its own "
+                     "optimizer on 0.5 x the clipped squared error (Adam is invariant to a constant loss scale, "
+                     "gradient clipping aside)")
+        notes.append("GAE advantages are whitened with the biased variance (OpenRLHF), the local engine uses n-1")
+    if cfg.algo.uses_critic and cfg.rollout.max_turns > 1:
+        notes.append("the episode's summed reward sits on its last token (OpenRLHF); the local engine puts each "
+                     "turn's reward on that turn's end. With gamma = lam = 1 the two differ by rewards of earlier "
+                     "turns, which the critic sees in the context")
+    if cfg.algo.advantage == "grpo":
+        notes.append(f"group_norm divides by std + {OPENRLHF_GROUP_STD_EPS:g} (local: + {cfg.algo.grpo_std_eps:g})")
+    return LaunchPlan(command=command, files=written, settings=settings, notes=notes)
