@@ -32,7 +32,6 @@ import argparse
 import copy
 import json
 import os
-import re
 import platform
 import statistics
 import sys
@@ -172,6 +171,19 @@ def time_update_vs_kept(run, batch, repeats: int) -> dict:
     return {"groups": num_groups, "group_size": batch.group_size, "rows_full": full_rows, "tokens_full": full_tokens,
             "repeats": repeats, "by_kept": rows, "worst_deviation_from_fraction_prediction": worst,
             "within_10_percent": worst["min"] <= 0.10}
+
+
+def dumps(report: dict) -> str:
+    """JSON with floats cut to 4 significant digits: the timings are not more precise than that."""
+    def cut(value):
+        if isinstance(value, float):
+            return float(f"{value:.4g}")
+        if isinstance(value, dict):
+            return {k: cut(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [cut(v) for v in value]
+        return value
+    return json.dumps(cut(report), indent=1)
 
 
 def main() -> None:

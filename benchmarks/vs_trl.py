@@ -17,9 +17,8 @@ Same work on both sides:
   loss (TRL loss_type="grpo" = ragen2 seq-mean-token-mean), no KL (beta=0 / kl_coef=0, no
   reference model), one optimiser step of AdamW (lr 1e-5, no weight decay, clip 1.0) over 16
   completions in micro-batches of 4; fp32, no gradient checkpointing on either side.
-Known differences that stay: ragen2's trainer runs a separate no-grad forward for the old
-log-probs (`old_log_probs_s`), which TRL skips when one optimiser step covers the batch
-(`local.reuses_current_log_probs` says when ragen2 could skip it too); TRL's CPU path runs the
+Both skip the separate no-grad forward for the old log-probs when one optimiser step covers
+the batch, as here (ragen2: `trainer.needs_old_log_probs`). Known differences that stay: TRL's CPU path runs the
 LM head on every position (its compact, response-only path needs Triton), ragen2's only on the
 positions that predict a sampled token; ragen2 adds an entropy bonus of 0.001 (TRL computes
 the entropy too, for logging).
@@ -165,6 +164,22 @@ def make_alternating_callback(ours_step):
     return Alternate()
 
 
+@contextlib.contextmanager
+def stdout_to_stderr():
+    """Send stdout to stderr at the file-descriptor level: TRL's progress callback writes its log
+    dicts through a stream captured before any `redirect_stdout` could take effect."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--threads", type=int, default=0,
@@ -199,7 +214,7 @@ def main() -> None:
         seeds = [s for step in range(steps) for s in trainer.step_seeds(cfg, step)]
         callback = make_alternating_callback(ours_step)
         trl = build_trl(cfg, args, str(Path(tmp) / "trl"), seeds, callback, trl_lengths)
-        with contextlib.redirect_stdout(sys.stderr):  # the Trainer prints its summary: keep stdout JSON
+        with stdout_to_stderr():  # the Trainer prints its log dicts: keep stdout JSON
             trl.train()
         run.log.close()
 

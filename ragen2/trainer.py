@@ -153,15 +153,27 @@ def train_step(run: Run) -> dict:
     return metrics
 
 
+def needs_old_log_probs(run: Run, rows: int) -> bool:
+    """False when one optimiser step covers the batch: the update's own first forward then gives
+    the old log-probs (ratio exactly 1), and the separate pass would be wasted work. Still needed
+    for a KL-in-reward penalty (it enters the advantages) and for a gradient decomposition."""
+    cfg = run.cfg
+    kl_in_reward = run.models.reference is not None and cfg.algo.kl_mode == "reward"
+    return (not local.reuses_current_log_probs(cfg.optim, rows) or kl_in_reward
+            or grad_decomp.due(cfg, run.step))
+
+
 def update_on(run: Run, batch: RolloutBatch, selection, timer: Timer) -> dict:
     cfg, models = run.cfg, run.models
     micro = cfg.optim.micro_batch_size
     batch = batch.to(models.device)
     ids, attn, mask = batch.input_ids, batch.attention_mask, batch.response_mask
-    with timer("old_log_probs"):
-        old = local.batched(lambda i, a, m: local.policy_log_probs(models.policy, i, a, m,
-                                                                   cfg.rollout.temperature)[0],
-                            micro, ids, attn, mask)
+    old = None
+    if needs_old_log_probs(run, ids.shape[0]):
+        with timer("old_log_probs"):
+            old = local.batched(lambda i, a, m: local.policy_log_probs(models.policy, i, a, m,
+                                                                       cfg.rollout.temperature)[0],
+                                micro, ids, attn, mask)
     ref = values = None
     if models.reference is not None:
         with timer("ref_log_probs"):
@@ -181,8 +193,12 @@ def update_on(run: Run, batch: RolloutBatch, selection, timer: Timer) -> dict:
     tokens = batch.num_tokens * cfg.optim.ppo_epochs
     metrics["throughput/update_tokens_per_s"] = tokens / max(timer.seconds["update"], 1e-9)
     metrics.update(decomposition)
-    metrics["update/kl_to_ref"] = (float(losses.kl_loss(old, ref, mask, cfg.algo.kl_estimator))
-                                   if ref is not None else 0.0)
+    if ref is None:
+        metrics["update/kl_to_ref"] = 0.0
+    elif old is not None:
+        metrics["update/kl_to_ref"] = float(losses.kl_loss(old, ref, mask, cfg.algo.kl_estimator))
+    else:  # on-policy: the update's first forward is the rollout policy, its KL term is this
+        metrics["update/kl_to_ref"] = metrics.get("actor/kl_loss", 0.0)
     run.nonfinite_skips += int(metrics["actor/nonfinite_skipped_minibatches"])
     metrics["actor/nonfinite_skips_total"] = float(run.nonfinite_skips)
     return metrics

@@ -166,3 +166,31 @@ def test_no_filter_trains_on_every_row(coin_env, tiny_model_dir, tmp_path, spies
     rows = _train(tiny_model_dir, tmp_path, "none")
     assert all(r["snr/groups_kept"] == NUM_GROUPS and r["snr/kept_fraction"] == 1.0 for r in rows)
     assert spies["ppo_rows"] == [NUM_GROUPS * GROUP_SIZE] * STEPS
+
+
+def test_one_step_updates_skip_the_old_log_prob_pass_and_train_identically(coin_env, tiny_model_dir, tmp_path,
+                                                                           monkeypatch):
+    """With one optimiser step over the batch the old log-probs are the update's own first forward:
+    skipping the separate pass must leave training unchanged (same losses, norms, next rollouts)."""
+    whole_batch = [f"optim.mini_batch_size={NUM_GROUPS * GROUP_SIZE}"]
+
+    def train(out, *extra):
+        code = main(["train", "--quiet", "--filter", "none", "--model", str(tiny_model_dir), "--out", str(out),
+                     "--steps", "3", "trainer.run_name=r", *SETTINGS, *extra])
+        assert code == 0
+        return read_metrics(out / "r")
+
+    skipped = train(tmp_path / "skip", *whole_batch)
+    assert all("time/old_log_probs_s" not in row for row in skipped)
+    with monkeypatch.context() as patch:
+        patch.setattr(trainer, "needs_old_log_probs", lambda run, rows: True)
+        computed = train(tmp_path / "computed", *whole_batch)
+    assert all(row["time/old_log_probs_s"] > 0 for row in computed)
+    for a, b in zip(skipped, computed, strict=True):
+        assert a["rollout/reward_mean"] == b["rollout/reward_mean"]
+        assert a["rollout/response_tokens_mean"] == b["rollout/response_tokens_mean"]
+        for key in ("actor/pg_loss", "actor/entropy", "actor/grad_norm"):
+            assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), key
+    # Two mini-batches: the second sees weights the first changed, so the pass is needed again.
+    split = train(tmp_path / "split")  # SETTINGS: mini_batch_size 8 < 24 rows
+    assert all(row["time/old_log_probs_s"] > 0 for row in split)
