@@ -45,7 +45,8 @@ def plot_envs(folder: Path, cells: list[dict], results: list[dict]) -> list[Path
                 lines.setdefault(label, []).append(read_metrics(Path(cell["run_dir"])))
         if not lines:
             continue
-        figure, axes = plt.subplots(2, 3, figsize=(15, 7.5), constrained_layout=True)
+        # sharex: validation logged only at the end is one point, placed on the training steps' axis
+        figure, axes = plt.subplots(2, 3, figsize=(15, 7.5), constrained_layout=True, sharex=True)
         for axis, (key, title) in zip(axes.flat, PANELS):
             drawn = False
             for index, (label, runs) in enumerate(lines.items()):
