@@ -180,7 +180,7 @@ def stdout_to_stderr():
         os.close(saved)
 
 
-def main() -> None:
+def main() -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--threads", type=int, default=0,
                         help="torch threads (0: torch's default); on a shared, loaded machine 1 avoids OpenMP "
@@ -214,8 +214,7 @@ def main() -> None:
         seeds = [s for step in range(steps) for s in trainer.step_seeds(cfg, step)]
         callback = make_alternating_callback(ours_step)
         trl = build_trl(cfg, args, str(Path(tmp) / "trl"), seeds, callback, trl_lengths)
-        with stdout_to_stderr():  # the Trainer prints its log dicts: keep stdout JSON
-            trl.train()
+        trl.train()
         run.log.close()
 
     expected = steps * GROUPS * GROUP_SIZE
@@ -240,8 +239,10 @@ def main() -> None:
         "target_ratio": 0.8,
         "load_avg": os.getloadavg()[0],
     }
-    print(json.dumps(report, indent=2))
+    return report
 
 
 if __name__ == "__main__":
-    main()
+    with stdout_to_stderr():  # imports (DeepSpeed logs to stdout) and TRL's log dicts: keep stdout JSON
+        result = main()
+    print(json.dumps(result, indent=2))

@@ -130,6 +130,9 @@ class OptimSection(Section):
     ppo_epochs: int = Field(1, ge=1)
     mini_batch_size: int = Field(8, ge=1)  # trajectories per optimiser step
     micro_batch_size: int = Field(4, ge=1)  # trajectories per forward/backward (gradient accumulation)
+    # First N trained steps update only the critic: a cold critic's whitened values would
+    # otherwise be most of the advantage (OpenRLHF: --critic.freezing_steps, veRL: critic_warmup)
+    critic_warmup_steps: int = Field(0, ge=0)
 
 
 class TrainerSection(Section):
@@ -178,6 +181,9 @@ class Config(Section):
             raise ValueError("filter: a reward-spread metric needs rollout.group_size >= 2")
         if self.algo.advantage in ("grpo", "dr_grpo") and self.rollout.group_size < 2:
             raise ValueError(f"algo.advantage={self.algo.advantage} needs rollout.group_size >= 2")
+        if self.optim.critic_warmup_steps and not self.algo.uses_critic:
+            raise ValueError(f"optim.critic_warmup_steps needs a critic: algo.advantage={self.algo.advantage} "
+                             "has none (use gae or bilevel_gae)")
         return self
 
     def to_yaml(self) -> str:

@@ -159,8 +159,15 @@ def needs_old_log_probs(run: Run, rows: int) -> bool:
     for a KL-in-reward penalty (it enters the advantages) and for a gradient decomposition."""
     cfg = run.cfg
     kl_in_reward = run.models.reference is not None and cfg.algo.kl_mode == "reward"
+    if not trains_actor(run):  # critic warm-up: no policy loss to take a ratio in
+        return kl_in_reward or grad_decomp.due(cfg, run.step)
     return (not local.reuses_current_log_probs(cfg.optim, rows) or kl_in_reward
             or grad_decomp.due(cfg, run.step))
+
+
+def trains_actor(run: Run) -> bool:
+    """False during the critic warm-up: the first `optim.critic_warmup_steps` steps (skipped ones count)."""
+    return run.step >= run.cfg.optim.critic_warmup_steps
 
 
 def update_on(run: Run, batch: RolloutBatch, selection, timer: Timer) -> dict:
@@ -188,8 +195,11 @@ def update_on(run: Run, batch: RolloutBatch, selection, timer: Timer) -> dict:
     data = local.UpdateInputs(ids, attn, mask, old, advantages, ref, values, returns)
     decomposition = grad_decomp.maybe_decompose(run, batch, data)  # diagnostic, timed apart (grad/time_s)
     scale = snr.kept_fraction_scale(selection.kept_fraction, cfg.algo.filter_loss_scaling)
+    train_actor = trains_actor(run)
     with timer("update"):
-        metrics = local.ppo_update(models, run.optimizers, data, cfg, run.generator, loss_scale=scale)
+        metrics = local.ppo_update(models, run.optimizers, data, cfg, run.generator, loss_scale=scale,
+                                   train_actor=train_actor)
+    metrics["actor/frozen_for_critic_warmup"] = float(not train_actor)
     tokens = batch.num_tokens * cfg.optim.ppo_epochs
     metrics["throughput/update_tokens_per_s"] = tokens / max(timer.seconds["update"], 1e-9)
     metrics.update(decomposition)

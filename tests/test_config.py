@@ -42,6 +42,7 @@ def test_paper_configs_load_after_presets():
     (["env.overrides.dim_x=5"], "unknown config key(s) ['dim_x'] for env 'bandit'"),
     (["nonsense"], "is not KEY=VALUE"),
     (["model.lora_rank=-1"], "model.lora_rank: Input should be greater than or equal to 0"),
+    (["optim.critic_warmup_steps=2"], "optim.critic_warmup_steps needs a critic: algo.advantage=grpo has none"),
 ])
 def test_bad_values_name_the_key(overrides, message):
     with pytest.raises(ConfigError) as error:

@@ -90,3 +90,30 @@ def test_values_are_aligned_with_the_token_they_precede(tok):
     with torch.no_grad():
         raw = critic(ids, attn)
     assert torch.allclose(values[:, 1:], raw[:, :-1]) and (values[:, 0] == 0).all()
+
+
+def test_critic_warmup_updates_the_critic_and_leaves_the_policy_untouched(tok):
+    from ragen2.models import ValueModel
+    from transformers import LlamaModel
+
+    cfg = load_config(algo="ppo", overrides=["optim.micro_batch_size=2", "optim.mini_batch_size=4",
+                                             "optim.critic_warmup_steps=1", "optim.actor_lr=1e-3"])
+    policy = tiny_llama(tok, seed=2)
+    critic = ValueModel(LlamaModel(tiny_llama(tok, seed=5).config))
+    models = local.Models(policy, tok, critic, None, torch.device("cpu"))
+    ids, attn, mask = _batch(len(tok), seed=3)
+    old_values = local.critic_values(critic, ids, attn).detach()
+    returns = torch.ones_like(old_values) * mask
+    data = local.UpdateInputs(ids, attn, mask, None, torch.ones_like(old_values) * mask, None, old_values, returns)
+    policy_before = copy.deepcopy(policy.state_dict())
+    critic_before = copy.deepcopy(critic.state_dict())
+    optimizers = local.build_optimizers(models, cfg)
+    metrics = local.ppo_update(models, optimizers, data, cfg, torch.Generator().manual_seed(0), train_actor=False)
+    assert all(torch.equal(policy_before[k], v) for k, v in policy.state_dict().items())
+    assert any(not torch.equal(critic_before[k], v) for k, v in critic.state_dict().items())
+    assert "critic/value_loss" in metrics and not any(k.startswith("actor/pg") for k in metrics)
+    assert metrics["actor/nonfinite_skipped_minibatches"] == 0.0
+    # Without a critic there is nothing to warm up: a clear error, not a silent no-op update.
+    with pytest.raises(ValueError, match="needs a critic"):
+        local.ppo_update(local.Models(policy, tok, None, None, torch.device("cpu")), optimizers, data, cfg,
+                         torch.Generator().manual_seed(0), train_actor=False)

@@ -115,9 +115,9 @@ def spies(monkeypatch):
         seen["updated"].append(batch)
         return real_update_on(run, batch, selection, timer)
 
-    def ppo_update(models, optimizers, data, cfg, generator, loss_scale=1.0):
+    def ppo_update(models, optimizers, data, cfg, generator, **options):
         seen["ppo_rows"].append(int(data.input_ids.shape[0]))
-        return real_ppo(models, optimizers, data, cfg, generator, loss_scale=loss_scale)
+        return real_ppo(models, optimizers, data, cfg, generator, **options)
 
     monkeypatch.setattr(trainer, "rollout", rollout)
     monkeypatch.setattr(trainer, "update_on", update_on)
@@ -194,3 +194,17 @@ def test_one_step_updates_skip_the_old_log_prob_pass_and_train_identically(coin_
     # Two mini-batches: the second sees weights the first changed, so the pass is needed again.
     split = train(tmp_path / "split")  # SETTINGS: mini_batch_size 8 < 24 rows
     assert all(row["time/old_log_probs_s"] > 0 for row in split)
+
+
+def test_critic_warmup_freezes_the_policy_for_its_first_steps(coin_env, tiny_model_dir, tmp_path):
+    code = main(["train", "--quiet", "--algo", "ppo", "--filter", "none", "--model", str(tiny_model_dir),
+                 "--out", str(tmp_path), "--steps", "3", "trainer.run_name=r", *SETTINGS,
+                 "optim.critic_warmup_steps=2"])
+    assert code == 0
+    rows = read_metrics(tmp_path / "r")
+    assert [row["actor/frozen_for_critic_warmup"] for row in rows] == [1.0, 1.0, 0.0]
+    assert ["actor/pg_loss" in row for row in rows] == [False, False, True]
+    assert all(row["critic/value_loss"] >= 0 for row in rows)
+    # Frozen policy: the first two steps sample from the same weights, so their rollouts are
+    # drawn from one distribution; the old-log-prob pass is skipped while the actor is frozen.
+    assert all("time/old_log_probs_s" not in row for row in rows[:2])

@@ -172,12 +172,43 @@ def _finite_grad_step(module: nn.Module, optimizer: torch.optim.Optimizer, max_n
     return norm, True
 
 
+def _actor_backward(policy: nn.Module, data: UpdateInputs, idx: torch.Tensor, cfg: Config, totals_kw: dict,
+                    loss_scale: float, record) -> bool:
+    """One micro-batch of the actor loss (clipped policy loss, entropy bonus, KL as a loss):
+    backward and record; False (nothing accumulated) when the loss is not finite."""
+    algo = cfg.algo
+    ids, attn, rmask = data.input_ids[idx], data.attention_mask[idx], data.response_mask[idx]
+    log_probs, entropy = policy_log_probs(policy, ids, attn, rmask, cfg.rollout.temperature, with_entropy=True)
+    old = data.old_log_probs[idx] if data.old_log_probs is not None else log_probs.detach()
+    pg_loss, pg_metrics = losses.ppo_clip_policy_loss(
+        log_probs, old, data.advantages[idx], rmask,
+        clip_low=algo.clip_low, clip_high=algo.clip_high, dual_clip=algo.dual_clip,
+        agg_mode=algo.loss_agg, **totals_kw)
+    entropy_term = losses.aggregate_token_loss(entropy, rmask, algo.loss_agg, **totals_kw)
+    loss = pg_loss - algo.entropy_coef * entropy_term
+    kl = None
+    if data.ref_log_probs is not None and algo.kl_mode == "loss":
+        kl = losses.kl_loss(log_probs, data.ref_log_probs[idx], rmask, algo.kl_estimator, algo.loss_agg, **totals_kw)
+        loss = loss + algo.kl_coef * kl
+    loss = loss * loss_scale
+    if not torch.isfinite(loss):
+        return False
+    loss.backward()
+    if kl is not None:
+        record("actor/kl_loss", kl.item())
+    record("actor/pg_loss", pg_loss.item())
+    record("actor/entropy", entropy_term.item())
+    for key in ("clipfrac_high", "clipfrac_low", "approx_kl", "ratio_max"):
+        record(f"actor/{key}", pg_metrics[key].item())
+    return True
+
+
 def ppo_update(models: Models, optimizers: Optimizers, data: UpdateInputs, cfg: Config,
-               generator: torch.Generator, loss_scale: float = 1.0) -> dict[str, float]:
+               generator: torch.Generator, loss_scale: float = 1.0, train_actor: bool = True) -> dict[str, float]:
     """PPO epochs over shuffled mini-batches with gradient accumulation; returns mean metrics.
 
     A mini-batch whose loss or gradient is not finite is skipped (no optimiser step) and
-    counted, and the run goes on.
+    counted, and the run goes on. `train_actor=False` (critic warm-up) runs only the critic.
     """
     algo, optim = cfg.algo, cfg.optim
     policy, critic = models.policy, models.critic
@@ -192,7 +223,9 @@ def ppo_update(models: Models, optimizers: Optimizers, data: UpdateInputs, cfg: 
         totals[name] = totals.get(name, 0.0) + float(value)
         counts[name] = counts.get(name, 0) + 1
 
-    if data.old_log_probs is None and not reuses_current_log_probs(optim, rows):
+    if not train_actor and critic is None:
+        raise ValueError("train_actor=False (critic warm-up) needs a critic")
+    if train_actor and data.old_log_probs is None and not reuses_current_log_probs(optim, rows):
         raise ValueError("old_log_probs=None needs one optimiser step over the whole batch (ppo_epochs=1, "
                          f"mini_batch_size >= {rows} rows); got ppo_epochs={optim.ppo_epochs}, "
                          f"mini_batch_size={optim.mini_batch_size}")
@@ -213,29 +246,9 @@ def ppo_update(models: Models, optimizers: Optimizers, data: UpdateInputs, cfg: 
             for micro_start in range(0, len(mini), optim.micro_batch_size):
                 idx = mini[micro_start:micro_start + optim.micro_batch_size]
                 ids, attn, rmask = data.input_ids[idx], data.attention_mask[idx], data.response_mask[idx]
-                log_probs, entropy = policy_log_probs(policy, ids, attn, rmask, cfg.rollout.temperature,
-                                                      with_entropy=True)
-                old = data.old_log_probs[idx] if data.old_log_probs is not None else log_probs.detach()
-                pg_loss, pg_metrics = losses.ppo_clip_policy_loss(
-                    log_probs, old, data.advantages[idx], rmask,
-                    clip_low=algo.clip_low, clip_high=algo.clip_high, dual_clip=algo.dual_clip,
-                    agg_mode=algo.loss_agg, **totals_kw)
-                entropy_term = losses.aggregate_token_loss(entropy, rmask, algo.loss_agg, **totals_kw)
-                loss = pg_loss - algo.entropy_coef * entropy_term
-                if data.ref_log_probs is not None and algo.kl_mode == "loss":
-                    kl = losses.kl_loss(log_probs, data.ref_log_probs[idx], rmask, algo.kl_estimator,
-                                        algo.loss_agg, **totals_kw)
-                    loss = loss + algo.kl_coef * kl
-                    record("actor/kl_loss", kl.item())
-                loss = loss * loss_scale
-                if not torch.isfinite(loss):
+                if train_actor and not _actor_backward(policy, data, idx, cfg, totals_kw, loss_scale, record):
                     finite = False
                     break
-                loss.backward()
-                record("actor/pg_loss", pg_loss.item())
-                record("actor/entropy", entropy_term.item())
-                for key in ("clipfrac_high", "clipfrac_low", "approx_kl", "ratio_max"):
-                    record(f"actor/{key}", pg_metrics[key].item())
                 if critic is not None:
                     values = critic_values(critic, ids, attn)
                     value_loss, value_metrics = losses.clipped_value_loss(
@@ -253,8 +266,10 @@ def ppo_update(models: Models, optimizers: Optimizers, data: UpdateInputs, cfg: 
                     optimizers.critic.zero_grad(set_to_none=True)
                 skipped += 1
                 continue
-            norm, stepped = _finite_grad_step(policy, optimizers.actor, optim.grad_clip)
-            record("actor/grad_norm", norm if math.isfinite(norm) else float("nan"))
+            stepped = True
+            if train_actor:
+                norm, stepped = _finite_grad_step(policy, optimizers.actor, optim.grad_clip)
+                record("actor/grad_norm", norm if math.isfinite(norm) else float("nan"))
             if critic is not None:
                 critic_norm, critic_stepped = _finite_grad_step(critic, optimizers.critic, optim.grad_clip)
                 record("critic/grad_norm", critic_norm)

@@ -279,6 +279,16 @@ def test_openrlhf_parses_the_grpo_and_snr_commands(monkeypatch):
     assert args.logger.tensorboard_dir == f"{RUN}/tensorboard"
 
 
+
+def test_critic_warmup_becomes_openrlhfs_critic_freezing_steps(monkeypatch):
+    cfg = load_config(env="frozen_lake", algo="ppo", overrides=["model.name=m", *SMALL, "optim.critic_warmup_steps=3"])
+    flags = plan_launch(cfg, RUN, Cluster()).openrlhf_flags
+    assert flags[flags.index("--critic.freezing_steps") + 1] == "3"
+    args = parse_with_openrlhf(flags, monkeypatch)
+    # OpenRLHF trains the actor once global_step > freezing_steps: steps 1-3 train the critic only,
+    # as the local engine's steps 0-2.
+    assert args.critic.freezing_steps == 3
+
 def test_the_wandb_key_comes_from_the_environment_at_launch_only():
     from ragen2.engines.openrlhf.launch import describe, resolved_command
 

@@ -296,6 +296,8 @@ def openrlhf_flags(cfg: Config, cluster: Cluster, run_dir: Path) -> list[str]:
                   f"--{role}.lr_scheduler", "constant"]  # the local engine's AdamW has no schedule
     if a.uses_critic:
         flags += ["--critic.value_clip", _num(a.value_clip)]
+        if o.critic_warmup_steps:  # OpenRLHF runs the actor once global_step > freezing_steps
+            flags += ["--critic.freezing_steps", str(o.critic_warmup_steps)]
     if m.lora_rank > 0:
         flags += ["--ds.lora.rank", str(m.lora_rank), "--ds.lora.alpha", str(m.lora_alpha),
                   "--ds.lora.dropout", _num(m.lora_dropout)]
