@@ -4,6 +4,7 @@ policy in RagenPPOTrainer.train_step, and the MI probe through OpenRLHF's Actor.
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -310,3 +311,33 @@ def test_launch_main_installs_the_subclass_and_hands_the_flags_to_train_ppo_ray(
     env_vars = seen["init"]["runtime_env"]["env_vars"]
     assert json.loads(env_vars[SETTINGS_ENV]) == {"version": 1, "group_size": 4}
     assert env_vars["NCCL_DEBUG"] and env_vars["TOKENIZERS_PARALLELISM"]  # train_ppo_ray's own defaults kept
+
+
+def test_the_controller_writes_the_run_directory_files_the_bench_reads(trainer, tmp_path, monkeypatch):
+    """metrics.jsonl per logged step and eval, summary.json when fit returns: in the local keys."""
+    from ragen2.engines.openrlhf.run_files import RunFiles
+
+    trainer.ragen.files = RunFiles(tmp_path)
+    rollout = {"rollout/reward_mean": 0.25, "policy_loss": 0.5, "generated_samples": ["text", 0.1]}
+
+    def fit(self):  # OpenRLHF's loop, reduced to the calls it makes per step
+        for step, batch in enumerate([samples([[1.0] * 4] * 6), samples(), samples()]):
+            status, global_step = self.train_step(batch, step)
+            status.update(rollout)
+            self.save_logs_and_checkpoints(global_step, status, {})
+            self.evaluate(global_step)
+
+    monkeypatch.setattr(trainer_patch._Base, "fit", fit)
+    monkeypatch.setattr(trainer_patch._Base, "evaluate", lambda self, step, **kw: {"eval_bandit_pass1": 0.3,
+                                                                                  "eval_bandit_pass4": 0.8})
+    trainer.fit()
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    # Step 0 was skipped (no spread): nothing logged for it; steps 1 and 2 log a train and an eval row.
+    assert [row["step"] for row in rows] == [1, 1, 2, 2]
+    assert rows[0]["rollout/reward_mean"] == 0.25 and rows[0]["ragen2/skipped_steps"] == 1.0
+    assert "generated_samples" not in rows[0]  # not a number
+    assert rows[1]["val/reward_mean"] == 0.3 and rows[1]["val/max_reward_mean"] == 0.8
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert (summary["steps"], summary["steps_trained"], summary["steps_skipped"]) == (3, 2, 1)
+    assert summary["final_val_success_rate"] is None and summary["final_val_reward_mean"] == 0.3
+    assert summary["engine"] == "openrlhf"

@@ -214,8 +214,9 @@ def dataset_rows(cfg: Config, split: str) -> list[dict]:
             for seed in seeds]
 
 
-def trainer_settings(cfg: Config, cluster: Cluster) -> dict:
-    """What the trainer subclass needs (filter, stop policy, probe, batch unit), as plain JSON."""
+def trainer_settings(cfg: Config, cluster: Cluster, run_dir: Path | None = None) -> dict:
+    """What the trainer subclass needs (filter, stop policy, probe, batch unit, where to write the
+    run's metrics.jsonl and summary.json), as plain JSON."""
     from ragen2.trainer import filter_config, stop_config  # the local engine's builders
 
     stop = stop_config(cfg)
@@ -229,6 +230,7 @@ def trainer_settings(cfg: Config, cluster: Cluster) -> dict:
         "probe": json.loads(cfg.probe.model_dump_json()),
         "prefill": prefill_tag(cfg),
         "temperature": cfg.rollout.temperature,
+        "run_dir": str(run_dir) if run_dir is not None else None,
     }
 
 
@@ -323,7 +325,7 @@ def plan_launch(cfg: Config, run_dir: Path, cluster: Cluster | None = None, pyth
                                 + "\n  ".join(problems))
     run_dir = Path(run_dir).absolute()  # Ray workers run elsewhere: every path in the flags is absolute
     files = run_dir / "openrlhf"
-    settings = trainer_settings(cfg, cluster)
+    settings = trainer_settings(cfg, cluster, run_dir)
     written = {
         files / "train.jsonl": _jsonl(dataset_rows(cfg, "train")),
         files / "val.jsonl": _jsonl(dataset_rows(cfg, "val")),

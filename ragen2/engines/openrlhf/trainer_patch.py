@@ -39,6 +39,7 @@ import snr
 from ragen2.config import ProbeSection
 from ragen2.engines.openrlhf import SETTINGS_ENV
 from ragen2.engines.openrlhf.probe_scoring import probe_metrics
+from ragen2.engines.openrlhf.run_files import RunFiles
 from ragen2.engines.openrlhf.selection import SkipLedger, select_samples
 
 logger = init_logger(__name__)
@@ -75,6 +76,7 @@ class RagenState:
         self.step = 0  # rollout steps, skipped ones included (the local engine's run.step)
         self.skipped_now = False
         self.stop_reason: str | None = None
+        self.files = RunFiles(settings["run_dir"]) if settings.get("run_dir") else None
 
 
 class RagenPPOTrainer(_Base):
@@ -151,13 +153,25 @@ class RagenPPOTrainer(_Base):
     def save_logs_and_checkpoints(self, global_step: int, logs_dict=None, client_states=None) -> None:
         if self.ragen.skipped_now:
             return
+        if self.ragen.files is not None:  # the step just trained: index ragen.step - 1, as the local engine's
+            self.ragen.files.log_step(self.ragen.step - 1, logs_dict)
         super().save_logs_and_checkpoints(global_step, logs_dict, client_states)
 
     @torch.no_grad()
     def evaluate(self, global_step, **generate_kwargs):
         if self.ragen.skipped_now:
             return {}
-        return super().evaluate(global_step, **generate_kwargs)
+        result = super().evaluate(global_step, **generate_kwargs)
+        if self.ragen.files is not None:
+            self.ragen.files.log_eval(self.ragen.step - 1, result)
+        return result
+
+    def fit(self, *args, **kwargs):
+        """OpenRLHF's loop; then summary.json (only when it returns: a crashed run has none)."""
+        result = super().fit(*args, **kwargs)
+        if self.ragen.files is not None:
+            self.ragen.files.finish(self.ragen.step, self.ragen.ledger.total, self.ragen.stop_reason)
+        return result
 
 
 RemoteRagenPPOTrainer = ray.remote(RagenPPOTrainer)

@@ -1,0 +1,80 @@
+"""The run directory files of the local engine (`metrics.jsonl`, `summary.json`), written by the
+OpenRLHF controller, so that `ragen2 plot`, `ragen2 audit` and `ragen2 bench` read runs of either
+engine. The controller runs on the head node, where the run directory is.
+
+What OpenRLHF measures is kept under its own names (its `rollout/reward_mean` is ours already).
+Its evaluator reports, per prompt, the mean reward of the samples (`eval_*_pass1`) and the best
+(`eval_*_passN`), not a success rate: they become `val/reward_mean` and `val/max_reward_mean`, and
+`summary.json` says `final_val_success_rate: null` rather than pass a reward off as a success.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+
+def numeric(logs: dict | None) -> dict[str, float]:
+    """The finite numbers of a log dict (OpenRLHF also logs a decoded sample string)."""
+    out = {}
+    for key, value in (logs or {}).items():
+        if isinstance(value, bool):
+            value = float(value)
+        if isinstance(value, (int, float)) and math.isfinite(value):
+            out[key] = float(value)
+    return out
+
+
+def eval_row(eval_logs: dict) -> dict[str, float]:
+    """OpenRLHF's eval metrics under `openrlhf/`, plus their means over data sources under `val/`."""
+    logs = numeric(eval_logs)
+    row = {f"openrlhf/{key}": value for key, value in logs.items()}
+    mean_reward = [v for k, v in logs.items() if k.startswith("eval_") and k.endswith("_pass1")]
+    best_reward = [v for k, v in logs.items() if k.startswith("eval_") and "_pass" in k and not k.endswith("_pass1")]
+    if mean_reward:
+        row["val/reward_mean"] = sum(mean_reward) / len(mean_reward)
+    if best_reward:
+        row["val/max_reward_mean"] = sum(best_reward) / len(best_reward)
+    return row
+
+
+class RunFiles:
+    def __init__(self, run_dir: str | Path):
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.run_dir / "metrics.jsonl"
+        self.started = time.time()
+        self.rows: list[dict] = []
+
+    def _append(self, row: dict) -> None:
+        self.rows.append(row)
+        with self.path.open("a") as handle:  # one flushed line per event, as the local engine
+            handle.write(json.dumps(row) + "\n")
+
+    def log_step(self, step: int, logs: dict | None) -> None:
+        self._append({"step": step, **numeric(logs)})
+
+    def log_eval(self, step: int, eval_logs: dict | None) -> None:
+        row = eval_row(eval_logs or {})
+        if row:
+            self._append({"step": step, **row})
+
+    def finish(self, steps: int, steps_skipped: int, stop_reason: str | None) -> dict:
+        """summary.json, in the local engine's keys (the bench treats a run with one as done)."""
+        trained = [r for r in self.rows if "rollout/reward_mean" in r]
+        val = [r["val/reward_mean"] for r in self.rows if "val/reward_mean" in r]
+        summary = {
+            "run_dir": str(self.run_dir), "engine": "openrlhf",
+            "steps": steps, "steps_trained": steps - steps_skipped, "steps_skipped": steps_skipped,
+            "stop_reason": stop_reason,
+            "first_reward_mean": trained[0]["rollout/reward_mean"] if trained else None,
+            "last_reward_mean": trained[-1]["rollout/reward_mean"] if trained else None,
+            "final_val_success_rate": None, "best_val_success_rate": None,  # see the module doc
+            "final_val_reward_mean": val[-1] if val else None,
+            "best_val_reward_mean": max(val) if val else None,
+            "wall_s_this_session": round(time.time() - self.started, 1),
+        }
+        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+        return summary
