@@ -16,7 +16,6 @@ from ragen2.bench import runner
 from ragen2.bench.display import PlainDisplay
 from ragen2.bench.suite import SuiteError, expand, load_suite
 from ragen2.cli import main
-from ragen2.rollout.tiny import tiny_llama, tiny_tokenizer
 from ragen2.run_log import read_metrics
 
 TINY = ["rollout.num_groups=2", "rollout.group_size=2", "rollout.max_new_tokens=6", "trainer.val_groups=2",
@@ -113,14 +112,6 @@ def test_a_run_directory_with_another_config_is_refused_before_anything_runs(tmp
 
 # --- real cells --------------------------------------------------------------------------------
 
-
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("tiny-model")
-    tokenizer = tiny_tokenizer("chatml")
-    tiny_llama(tokenizer, seed=0).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
 
 
 def _deterministic(rows):

@@ -23,7 +23,6 @@ from ragen2 import trainer
 from ragen2.cli import main
 from ragen2.config import load_config
 from ragen2.engines import local
-from ragen2.rollout.tiny import tiny_llama, tiny_tokenizer
 from ragen2.run_log import read_metrics
 
 ENV_NAME = "filter_probe_coin"
@@ -72,14 +71,6 @@ def coin_env():
         registry._KEYS.pop(registry._normalise(ENV_NAME), None)
 
 
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("tiny-model")
-    tokenizer = tiny_tokenizer("chatml")
-    tiny_llama(tokenizer, seed=0).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
-
 
 def expected_rewards(step: int) -> list[list[float]]:
     """[P][G] rewards of a step, from the env alone (instance seeds as the trainer draws them)."""
@@ -125,9 +116,9 @@ def spies(monkeypatch):
     return seen
 
 
-def _train(model_dir, out, filter_name: str) -> list[dict]:
+def _train(model_dir, out, filter_name: str, *extra: str) -> list[dict]:
     code = main(["train", "--quiet", "--filter", filter_name, "--model", str(model_dir), "--out", str(out),
-                 "--steps", str(STEPS), "trainer.run_name=r", *SETTINGS])
+                 "--steps", str(STEPS), "trainer.run_name=r", *SETTINGS, *extra])
     assert code == 0
     return read_metrics(out / "r")
 
@@ -175,10 +166,7 @@ def test_one_step_updates_skip_the_old_log_prob_pass_and_train_identically(coin_
     whole_batch = [f"optim.mini_batch_size={NUM_GROUPS * GROUP_SIZE}"]
 
     def train(out, *extra):
-        code = main(["train", "--quiet", "--filter", "none", "--model", str(tiny_model_dir), "--out", str(out),
-                     "--steps", "3", "trainer.run_name=r", *SETTINGS, *extra])
-        assert code == 0
-        return read_metrics(out / "r")
+        return _train(tiny_model_dir, out, "none", *extra)
 
     skipped = train(tmp_path / "skip", *whole_batch)
     assert all("time/old_log_probs_s" not in row for row in skipped)
@@ -197,11 +185,7 @@ def test_one_step_updates_skip_the_old_log_prob_pass_and_train_identically(coin_
 
 
 def test_critic_warmup_freezes_the_policy_for_its_first_steps(coin_env, tiny_model_dir, tmp_path):
-    code = main(["train", "--quiet", "--algo", "ppo", "--filter", "none", "--model", str(tiny_model_dir),
-                 "--out", str(tmp_path), "--steps", "3", "trainer.run_name=r", *SETTINGS,
-                 "optim.critic_warmup_steps=2"])
-    assert code == 0
-    rows = read_metrics(tmp_path / "r")
+    rows = _train(tiny_model_dir, tmp_path, "none", "--algo", "ppo", "optim.critic_warmup_steps=2")
     assert [row["actor/frozen_for_critic_warmup"] for row in rows] == [1.0, 1.0, 0.0]
     assert ["actor/pg_loss" in row for row in rows] == [False, False, True]
     assert all(row["critic/value_loss"] >= 0 for row in rows)

@@ -15,21 +15,12 @@ from pathlib import Path
 import pytest
 
 from ragen2.cli import main
-from ragen2.rollout.tiny import tiny_llama, tiny_tokenizer
 from ragen2.run_log import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["rollout.num_groups=3", "rollout.group_size=2", "rollout.max_new_tokens=10", "trainer.val_groups=2",
         "optim.micro_batch_size=2", "optim.mini_batch_size=4", "probe.every=2"]
 
-
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("tiny-model")
-    tokenizer = tiny_tokenizer("chatml")
-    tiny_llama(tokenizer, seed=0).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
 
 
 def _train(argv, capsys=None):
