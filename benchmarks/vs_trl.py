@@ -172,8 +172,7 @@ def stdout_to_stderr():
     saved = os.dup(1)
     os.dup2(2, 1)
     try:
-        with contextlib.redirect_stdout(sys.stderr):
-            yield
+        yield
     finally:
         sys.stdout.flush()
         os.dup2(saved, 1)

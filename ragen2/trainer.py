@@ -159,10 +159,10 @@ def needs_old_log_probs(run: Run, rows: int) -> bool:
     for a KL-in-reward penalty (it enters the advantages) and for a gradient decomposition."""
     cfg = run.cfg
     kl_in_reward = run.models.reference is not None and cfg.algo.kl_mode == "reward"
-    if not trains_actor(run):  # critic warm-up: no policy loss to take a ratio in
-        return kl_in_reward or grad_decomp.due(cfg, run.step)
-    return (not local.reuses_current_log_probs(cfg.optim, rows) or kl_in_reward
-            or grad_decomp.due(cfg, run.step))
+    if kl_in_reward or grad_decomp.due(cfg, run.step):
+        return True
+    # critic warm-up: no policy loss, so no ratio to take
+    return trains_actor(run) and not local.reuses_current_log_probs(cfg.optim, rows)
 
 
 def trains_actor(run: Run) -> bool:

@@ -172,12 +172,13 @@ def _finite_grad_step(module: nn.Module, optimizer: torch.optim.Optimizer, max_n
     return norm, True
 
 
-def _actor_backward(policy: nn.Module, data: UpdateInputs, idx: torch.Tensor, cfg: Config, totals_kw: dict,
-                    loss_scale: float, record) -> bool:
-    """One micro-batch of the actor loss (clipped policy loss, entropy bonus, KL as a loss):
-    backward and record; False (nothing accumulated) when the loss is not finite."""
+def _actor_backward(policy: nn.Module, data: UpdateInputs, idx: torch.Tensor, ids: torch.Tensor,
+                    attn: torch.Tensor, rmask: torch.Tensor, cfg: Config, totals_kw: dict, loss_scale: float,
+                    record) -> bool:
+    """One micro-batch (rows `idx`, already sliced to ids/attn/rmask) of the actor loss (clipped
+    policy loss, entropy bonus, KL as a loss): backward and record; False (nothing accumulated)
+    when the loss is not finite."""
     algo = cfg.algo
-    ids, attn, rmask = data.input_ids[idx], data.attention_mask[idx], data.response_mask[idx]
     log_probs, entropy = policy_log_probs(policy, ids, attn, rmask, cfg.rollout.temperature, with_entropy=True)
     old = data.old_log_probs[idx] if data.old_log_probs is not None else log_probs.detach()
     pg_loss, pg_metrics = losses.ppo_clip_policy_loss(
@@ -246,7 +247,8 @@ def ppo_update(models: Models, optimizers: Optimizers, data: UpdateInputs, cfg: 
             for micro_start in range(0, len(mini), optim.micro_batch_size):
                 idx = mini[micro_start:micro_start + optim.micro_batch_size]
                 ids, attn, rmask = data.input_ids[idx], data.attention_mask[idx], data.response_mask[idx]
-                if train_actor and not _actor_backward(policy, data, idx, cfg, totals_kw, loss_scale, record):
+                if train_actor and not _actor_backward(policy, data, idx, ids, attn, rmask, cfg, totals_kw,
+                                                       loss_scale, record):
                     finite = False
                     break
                 if critic is not None:

@@ -20,9 +20,7 @@ def numeric(logs: dict | None) -> dict[str, float]:
     """The finite numbers of a log dict (OpenRLHF also logs a decoded sample string)."""
     out = {}
     for key, value in (logs or {}).items():
-        if isinstance(value, bool):
-            value = float(value)
-        if isinstance(value, (int, float)) and math.isfinite(value):
+        if isinstance(value, (int, float)) and math.isfinite(value):  # bools count, as 0.0 / 1.0
             out[key] = float(value)
     return out
 
