@@ -28,6 +28,10 @@ import numpy as np
 from envs.parsing import ParsedResponse, parse_response
 
 DYNAMICS_STREAM = 0x5EED  # separates the dynamics generator from the instance generator
+# When a turn gets the format penalty. any_invalid (RAGEN-2's es_manager: `len(valid_actions)
+# != len(actions) or not valid_actions`): some parsed action is invalid, or none is valid.
+# none_valid (our earlier rule): only a turn in which no action could run.
+FORMAT_PENALTY_RULES = ("any_invalid", "none_valid")
 
 
 class EnvConfigError(ValueError):
@@ -41,6 +45,7 @@ class EnvConfig:
     max_actions_per_turn: int = 1
     max_actions_per_traj: int = 10
     format_penalty: float = -0.1
+    format_penalty_rule: str = "any_invalid"  # see FORMAT_PENALTY_RULES
     require_think: bool = True  # False: answer-only mode, `<answer>…</answer>` alone
 
     def __post_init__(self) -> None:
@@ -50,6 +55,9 @@ class EnvConfig:
             raise EnvConfigError(f"max_actions_per_traj must be >= 1, got {self.max_actions_per_traj}")
         if not np.isfinite(self.format_penalty) or self.format_penalty > 0:
             raise EnvConfigError(f"format_penalty must be a finite number <= 0, got {self.format_penalty}")
+        if self.format_penalty_rule not in FORMAT_PENALTY_RULES:
+            raise EnvConfigError(f"format_penalty_rule must be one of {list(FORMAT_PENALTY_RULES)}, "
+                                 f"got {self.format_penalty_rule!r}")
 
 
 @dataclass
@@ -163,7 +171,9 @@ class TextEnv(abc.ABC):
                 terminated, success = True, bool(outcome.success)
                 break
 
-        format_penalty = 0.0 if executed else float(self.config.format_penalty)
+        # `executed` is empty exactly when no parsed action was valid (the budget is >= 1 here).
+        penalized = not executed or (self.config.format_penalty_rule == "any_invalid" and parsed.num_invalid > 0)
+        format_penalty = float(self.config.format_penalty) if penalized else 0.0
         reward += format_penalty
         truncated = not terminated and self.actions_taken >= self.config.max_actions_per_traj
         self.episode_over = terminated or truncated

@@ -38,6 +38,9 @@ class ParsedResponse:
     dropped: tuple[DroppedAction, ...] = ()
     num_dropped: int = 0
     error: str | None = None
+    # Pieces within the first max_actions that were rejected (unknown or unusable). Pieces
+    # beyond max_actions are dropped but not invalid: RAGEN truncates them before checking.
+    num_invalid: int = 0
 
     def to_info(self) -> dict:
         """A JSON-friendly summary for an env's `info` (long strings clipped)."""
@@ -49,6 +52,7 @@ class ParsedResponse:
             "actions": list(self.actions),
             "dropped": [{"text": _clip(d.text), "reason": d.reason} for d in self.dropped],
             "num_dropped": self.num_dropped,
+            "num_invalid": self.num_invalid,
         }
 
 
@@ -122,7 +126,7 @@ def parse_response(
     lookup = {a.lower(): a for a in vocabulary} if vocabulary is not None else None
     actions: list[str] = []
     dropped: list[DroppedAction] = []
-    num_dropped = 0
+    num_dropped = num_invalid = 0
 
     def drop(piece: str, reason: str) -> None:
         nonlocal num_dropped
@@ -139,6 +143,7 @@ def parse_response(
         elif piece.lower() in lookup:
             actions.append(lookup[piece.lower()])
         else:
+            num_invalid += 1
             drop(piece, "not in the action vocabulary")
     error = None if actions else "no valid action"
     return ParsedResponse(
@@ -149,6 +154,7 @@ def parse_response(
         dropped=tuple(dropped),
         num_dropped=num_dropped,
         error=error,
+        num_invalid=num_invalid,
     )
 
 

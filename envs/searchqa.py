@@ -2,8 +2,8 @@
 
 Each turn is one action: `search[query]` shows the top-k paragraphs (titles and text,
 clipped to a character budget) for the query; `finish[answer]` submits an answer and ends
-the episode. Anything else in the answer tags is dropped with a reason, so a turn with
-neither gets the format penalty. Reward comes only from `finish`: 1 for an exact match
+the episode. Anything else in the answer tags is dropped with a reason, and a turn with
+a dropped piece (or with neither) gets the format penalty. Reward comes only from `finish`: 1 for an exact match
 after SQuAD normalisation, else the token F1 when it reaches `f1_threshold` (0.3), else 0;
 success = exact match. Running out of actions (10 by default) truncates with reward 0.
 
@@ -371,7 +371,8 @@ class SearchQAEnv(TextEnv):
                 dropped.append(DroppedAction(piece, found))
         error = None if actions else "no valid action: expected search[query] or finish[answer]"
         return ParsedResponse(format_ok=True, think=parsed.think, answer=parsed.answer, actions=tuple(actions),
-                              dropped=tuple(dropped), num_dropped=num_dropped, error=error)
+                              dropped=tuple(dropped), num_dropped=num_dropped, error=error,
+                              num_invalid=parsed.num_invalid + len(parsed.actions) - len(actions))
 
     def step(self, response: str) -> tuple[str, float, bool, bool, dict]:
         if not self.episode_over:

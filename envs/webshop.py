@@ -15,7 +15,9 @@ as RAGEN does). Defaults are RAGEN-2's: 9 actions per trajectory, 1 per turn.
 
 Parsing: `<answer>` pieces must be `search[…]` (only on a page with a search box) or
 `click[x]` with x on the current page, matched ignoring case and runs of spaces; anything
-else is dropped with a reason, and a turn with nothing valid gets the format penalty.
+else is dropped with a reason, and a turn with a dropped piece (or nothing valid) gets the
+format penalty. RAGEN-2 instead passes such a piece to WebShop, where it spends an action
+and does nothing, and penalises only a turn with no action at all (docs/fidelity_envs.md).
 With several actions per turn each must be on the page the model saw; one that the earlier
 actions made unavailable does nothing but still spends an action (WebShop's no-op).
 
@@ -232,6 +234,7 @@ class WebShopEnv(TextEnv):
         num_dropped = parsed.num_dropped + len(parsed.actions) - len(actions)
         return ParsedResponse(format_ok=True, think=parsed.think, answer=parsed.answer, actions=tuple(actions),
                               dropped=tuple(dropped[:MAX_DROPPED_RECORDED]), num_dropped=num_dropped,
+                              num_invalid=parsed.num_invalid + len(parsed.actions) - len(actions),
                               error=None if actions else "no valid action")
 
     def sample_action(self, rng: np.random.Generator) -> str:

@@ -35,6 +35,15 @@ def test_actions_beyond_the_turn_limit_are_dropped_before_validation():
     ]
 
 
+def test_num_invalid_counts_rejected_pieces_inside_the_turn_limit_only():
+    # "jump" is invalid; "Down" is beyond the limit, which RAGEN truncates before checking.
+    parsed = parse_response("<think></think><answer>jump || Up || Down</answer>", vocabulary=MOVES, max_actions=2)
+    assert (parsed.num_invalid, parsed.num_dropped) == (1, 2)
+    assert parse_response("<think></think><answer>Up || Down</answer>", vocabulary=MOVES,
+                          max_actions=1).num_invalid == 0
+    assert parse_response("<think></think><answer>any text</answer>").num_invalid == 0  # free-form
+
+
 def test_empty_pieces_between_separators_are_ignored():
     parsed = parse_response("<think>x</think><answer>|| Up ||  || Left ||</answer>", vocabulary=MOVES, max_actions=5)
     assert parsed.actions == ("Up", "Left")

@@ -73,6 +73,39 @@ def test_format_penalty_is_configurable_and_budget_truncates():
     assert not info["success"] or terminated
 
 
+def _load_open_room(env):
+    # Player with floor above: "Up" is a plain move (-0.1, no push, not solved).
+    env.load_room(["######", "#____#", "#_P__#", "#_XO_#", "#____#", "######"])
+
+
+def test_format_penalty_by_default_hits_any_invalid_action_as_in_ragen2():
+    # RAGEN-2 es_manager: penalty when len(valid) != len(actions) or not valid. "Up || Jump":
+    # Up runs (-0.1 step) and Jump is invalid (-0.1 penalty): -0.2 in all.
+    env = envs.make("sokoban")
+    env.reset(seed=0)
+    _load_open_room(env)
+    _, reward, *_, info = env.step("<think></think><answer>Up || Jump</answer>")
+    assert info["actions_executed"] == ["Up"] and info["format_penalty"] == pytest.approx(-0.1)
+    assert reward == pytest.approx(-0.2)
+    # Pieces beyond max_actions_per_turn (5) are cut before the check, as RAGEN-2 does.
+    env.reset(seed=0)
+    _load_open_room(env)
+    _, reward, *_, info = env.step("<think></think><answer>Up||Up||Up||Up||Up||Jump</answer>")
+    assert info["format_penalty"] == 0.0 and reward == pytest.approx(5 * -0.1)
+
+
+def test_none_valid_rule_penalises_only_turns_with_nothing_valid():
+    env = envs.make("sokoban", format_penalty_rule="none_valid")
+    env.reset(seed=0)
+    _load_open_room(env)
+    _, reward, *_, info = env.step("<think></think><answer>Up || Jump</answer>")
+    assert info["format_penalty"] == 0.0 and reward == pytest.approx(-0.1)
+    _, reward, *_ = env.step("<think></think><answer>Jump</answer>")
+    assert reward == pytest.approx(-0.1)  # nothing ran: the penalty alone
+    with pytest.raises(EnvConfigError, match=r"format_penalty_rule must be one of \['any_invalid', 'none_valid'\]"):
+        envs.make("sokoban", format_penalty_rule="sometimes")
+
+
 def test_same_seed_same_instance_in_another_process():
     code = ("import envs, json; print(json.dumps([envs.make(n).reset(seed=s)[0] "
             "for n in ('sokoban','frozen_lake','countdown','bandit','metamathqa') for s in (0, 99)]))")
