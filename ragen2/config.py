@@ -89,14 +89,18 @@ class AlgoSection(Section):
     grpo_std_eps: float = Field(1e-6, gt=0.0)
     clip_low: float = Field(0.2, gt=0.0, lt=1.0)
     clip_high: float = Field(0.28, gt=0.0)
-    dual_clip: float | None = Field(None, gt=1.0)
+    # RAGEN-2 runs veRL, whose policy loss always applies clip_ratio_c = 3 (A < 0 tokens' loss
+    # capped at 3|A|); null turns the dual clip off (plain PPO clip)
+    dual_clip: float | None = Field(3.0, gt=1.0)
     loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = "token-mean"
     entropy_coef: float = Field(0.001, ge=0.0)
     kl_coef: float = Field(0.0, ge=0.0)  # 0 = no KL and no reference model
     kl_estimator: Literal["k1", "k2", "k3"] = "k3"
     kl_mode: Literal["loss", "reward"] = "loss"
-    value_coef: float = Field(0.5, ge=0.0)
-    value_clip: float | None = Field(0.2, gt=0.0)
+    # the critic has its own optimiser; veRL (RAGEN-2) backpropagates 0.5 * clipped squared error
+    # unweighted, so 1.0 matches it (the weight matters through grad_clip)
+    value_coef: float = Field(1.0, ge=0.0)
+    value_clip: float | None = Field(0.5, gt=0.0)  # veRL's critic.cliprange_value, as RAGEN-2 runs it; null = off
     filter_loss_scaling: Literal["none", "linear", "sqrt"] = "none"
 
     @property
@@ -155,6 +159,10 @@ class ProbeSection(Section):
     mode: Literal["first_turn", "trajectory"] = "first_turn"
     grad_every: int = Field(0, ge=0)  # gradient decomposition; 0 = off
     grad_buckets: int = Field(6, ge=1)
+    # quantile: equal-count buckets by reward std, remainder in the last (RAGEN-2's default);
+    # quantile_even: sizes differ by at most one; fixed_rv: std bins [0,1) ... [5,inf) (RAGEN-2's fixed_rv)
+    grad_bucket_mode: Literal["quantile", "quantile_even", "fixed_rv"] = "quantile"
+    grad_prefilter: bool = False  # also decompose the unfiltered batch (RAGEN-2: gradient_analysis_log_prefilter)
     # Collapse detector (mi_probe.CollapseDetector): template collapse = MI-ZScore-EMA below
     # collapse_mi_fraction x its mean over the first collapse_baseline_probes probes, for
     # collapse_consecutive probes in a row, while entropy has not fallen with it.

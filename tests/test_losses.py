@@ -302,3 +302,38 @@ def test_clipped_value_loss_cases():
     assert m2["vf_clipfrac"].item() == 0.0
     with pytest.raises(ValueError, match="clip_range must be > 0"):
         clipped_value_loss(values, old, ret, mask, clip_range=0.0)
+
+
+def test_value_clipfrac_does_not_count_rounding_inside_the_range():
+    # float32: V = 0.1, V_old = -0.2, R = 0, c = 0.5. |V - V_old| = 0.3 < 0.5, so nothing is
+    # clipped; V_old + (V - V_old) is 1 ulp above 0.1 in float32, which made the clipped term
+    # look larger and counted the token as clipped.
+    v, old, ret = torch.tensor([[0.1]]), torch.tensor([[-0.2]]), torch.tensor([[0.0]])
+    assert (old + (v - old)).item() != v.item()  # the rounding this guards against
+    mask = torch.ones(1, 1, dtype=torch.bool)
+    loss, metrics = clipped_value_loss(v, old, ret, mask, clip_range=0.5)
+    assert metrics["vf_clipfrac"].item() == 0.0
+    assert loss.item() == (0.5 * v.square()).item()  # exactly the unclipped 0.5 (V - R)^2
+    # |V - V_old| = 0.7 > 0.5 towards R = 1: the clipped term (-0.2 + 0.5 - 1)^2 = 0.49 wins
+    loss, metrics = clipped_value_loss(torch.tensor([[0.5]]), old, torch.tensor([[1.0]]), mask, clip_range=0.5)
+    assert metrics["vf_clipfrac"].item() == 1.0 and loss.item() == pytest.approx(0.5 * 0.49)
+
+
+def test_defaults_are_ragen2s_dual_clip_3_and_value_clip_0_5():
+    # RAGEN-2 trains through veRL: clip_ratio_c = 3.0 always, critic cliprange_value = 0.5.
+    from ragen2.config import CONFIG_DIR, Config, load_config
+
+    algo = Config().algo
+    assert (algo.dual_clip, algo.value_clip, algo.value_coef) == (3.0, 0.5, 1.0)
+    paper = load_config(env="sokoban", extra=[CONFIG_DIR / "paper" / "ragen2-main.yaml"])
+    assert (paper.algo.dual_clip, paper.algo.value_clip, paper.algo.entropy_coef) == (3.0, 0.5, 0.001)
+    assert (paper.filter.strategy, paper.filter.top_p_mode, paper.filter.value) == ("top_p", "softmax", 0.9)
+    assert paper.filter.metric == "reward_std" and paper.filter.include_zero and paper.trainer.total_steps == 400
+    # One token, A = -2, ratio e^1.5 = 4.48: PPO clip alone gives max(-A r, -A clip(r)) = 2 * 4.48 = 8.96;
+    # the default dual clip caps it at -A c = 6.
+    lp, old, adv = t([[1.5]]), t([[0.0]]), t([[-2.0]])
+    mask = torch.ones(1, 1, dtype=torch.bool)
+    default, _ = ppo_clip_policy_loss(lp, old, adv, mask, algo.clip_low, algo.clip_high, algo.dual_clip)
+    plain, _ = ppo_clip_policy_loss(lp, old, adv, mask, algo.clip_low, algo.clip_high, None)
+    assert default.item() == pytest.approx(6.0) and plain.item() == pytest.approx(2 * math.exp(1.5))
+    assert Config(algo={"dual_clip": None}).algo.dual_clip is None  # the option for plain PPO

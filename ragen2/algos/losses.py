@@ -290,8 +290,11 @@ def clipped_value_loss(
 
     The max makes the clip pessimistic: a prediction may move past ``V_old +- clip_range`` only
     where that does not lower the loss. ``clip_range=None`` gives the plain 0.5 * squared error.
-    The default 0.5 is veRL's ``cliprange_value``. Metrics: ``vf_clipfrac`` (tokens where the
-    clipped term is the larger), ``vf_mean`` (mean prediction).
+    The default 0.5 is veRL's ``cliprange_value`` (RAGEN-2's critic). ``V_clip`` is taken as
+    ``clamp(V, V_old - c, V_old + c)`` as veRL does, so inside the range it *is* V (``V_old + (V -
+    V_old)`` can be 1 ulp off V). Metrics: ``vf_clipfrac``, the tokens where the clip binds
+    (``|V - V_old| > c``, compared directly) and its term is the larger, i.e. veRL's "clipped loss
+    used" without counting rounding; ``vf_mean`` (mean prediction).
     """
     if clip_range is not None and not clip_range > 0.0:
         raise ValueError(f"clip_range must be > 0 or None, got {clip_range}")
@@ -302,12 +305,13 @@ def clipped_value_loss(
     if clip_range is None:
         per_token, clipped = 0.5 * unclipped, unclipped
     else:
-        clipped = (v_old + (v - v_old).clamp(-clip_range, clip_range) - target).square()
+        clipped = (torch.clamp(v, v_old - clip_range, v_old + clip_range) - target).square()
         per_token = 0.5 * torch.maximum(unclipped, clipped)
     loss = aggregate_token_loss(per_token, mask, agg_mode, norm_length, total_tokens, total_sequences)
     with torch.no_grad():
+        binds = torch.zeros_like(mask) if clip_range is None else (v - v_old).abs() > clip_range
         metrics = {
-            "vf_clipfrac": masked_mean((clipped > unclipped).to(v.dtype), mask),
+            "vf_clipfrac": masked_mean((binds & (clipped > unclipped)).to(v.dtype), mask),
             "vf_mean": masked_mean(v, mask),
         }
     return loss, {k: t.detach() for k, t in metrics.items()}

@@ -55,12 +55,12 @@ def test_ppo_paper_config_on_one_node_of_8_gpus():
         "--rollout.micro_batch_size", "4", "--train.batch_size", "32", "--train.micro_batch_size", "4",
         "--train.max_epochs", "1", "--train.num_episodes", "1", "--train.seed", "0", *NO_REWARD_CLIP,
         "--algo.advantage.estimator", "gae", "--algo.advantage.gamma", "1.0", "--algo.advantage.lambd", "1.0",
-        "--actor.eps_clip_low_high", "0.2", "0.28", "--actor.loss_agg_mode", "token-mean",
+        "--actor.eps_clip_low_high", "0.2", "0.28", "--actor.dual_clip", "3.0", "--actor.loss_agg_mode", "token-mean",
         "--actor.entropy_coef", "0.001", "--algo.kl.init_coef", "0.0",
         "--actor.adam.lr", "1e-06", "--actor.adam.betas", "0.9", "0.999", "--actor.adam.weight_decay", "0.0",
         "--actor.max_norm", "1.0", "--actor.lr_scheduler", "constant",
         "--critic.adam.lr", "1e-05", "--critic.adam.betas", "0.9", "0.999", "--critic.adam.weight_decay", "0.0",
-        "--critic.max_norm", "1.0", "--critic.lr_scheduler", "constant", "--critic.value_clip", "0.2",
+        "--critic.max_norm", "1.0", "--critic.lr_scheduler", "constant", "--critic.value_clip", "0.5",
         "--ckpt.output_dir", f"{RUN}/model", "--ckpt.path", f"{RUN}/checkpoints", "--ckpt.save_steps", "50",
         "--ckpt.max_num", "2", "--logger.logging_steps", "1"]
 
@@ -77,7 +77,7 @@ def test_grpo_has_no_critic_and_a_kl_loss_with_the_reference_model():
         "--rollout.micro_batch_size", "2", "--train.batch_size", "16", "--train.micro_batch_size", "2",
         "--train.max_epochs", "1", "--train.num_episodes", "1", "--train.seed", "0", *NO_REWARD_CLIP,
         "--algo.advantage.estimator", "group_norm",
-        "--actor.eps_clip_low_high", "0.2", "0.2", "--actor.loss_agg_mode", "seq-mean-token-mean",
+        "--actor.eps_clip_low_high", "0.2", "0.2", "--actor.dual_clip", "3.0", "--actor.loss_agg_mode", "seq-mean-token-mean",
         "--actor.entropy_coef", "0.001", "--algo.kl.init_coef", "0.001", "--algo.kl.use_loss",
         "--algo.kl.estimator", "k3",
         "--actor.adam.lr", "1e-05", "--actor.adam.betas", "0.9", "0.999", "--actor.adam.weight_decay", "0.0",
@@ -100,12 +100,12 @@ def test_starpo_s_on_two_nodes():
         "--rollout.micro_batch_size", "2", "--train.batch_size", "32", "--train.micro_batch_size", "2",
         "--train.max_epochs", "1", "--train.num_episodes", "1", "--train.seed", "0", *NO_REWARD_CLIP,
         "--algo.advantage.estimator", "gae", "--algo.advantage.gamma", "1.0", "--algo.advantage.lambd", "1.0",
-        "--actor.eps_clip_low_high", "0.2", "0.28", "--actor.loss_agg_mode", "token-mean",
+        "--actor.eps_clip_low_high", "0.2", "0.28", "--actor.dual_clip", "3.0", "--actor.loss_agg_mode", "token-mean",
         "--actor.entropy_coef", "0.001", "--algo.kl.init_coef", "0.0",
         "--actor.adam.lr", "1e-06", "--actor.adam.betas", "0.9", "0.999", "--actor.adam.weight_decay", "0.0",
         "--actor.max_norm", "1.0", "--actor.lr_scheduler", "constant",
         "--critic.adam.lr", "1e-05", "--critic.adam.betas", "0.9", "0.999", "--critic.adam.weight_decay", "0.0",
-        "--critic.max_norm", "1.0", "--critic.lr_scheduler", "constant", "--critic.value_clip", "0.2",
+        "--critic.max_norm", "1.0", "--critic.lr_scheduler", "constant", "--critic.value_clip", "0.5",
         "--ckpt.output_dir", f"{RUN}/model", "--ckpt.path", f"{RUN}/checkpoints", "--ckpt.save_steps", "-1",
         "--ckpt.max_num", "2", "--logger.logging_steps", "1"]
 
@@ -129,7 +129,7 @@ def test_snr_top_p_with_lora_dual_clip_and_logging_on_4_gpus():
         "--actor.adam.lr", "1e-05", "--actor.adam.betas", "0.9", "0.999", "--actor.adam.weight_decay", "0.0",
         "--actor.max_norm", "1.0", "--actor.lr_scheduler", "constant",
         "--critic.adam.lr", "0.0001", "--critic.adam.betas", "0.9", "0.999", "--critic.adam.weight_decay", "0.0",
-        "--critic.max_norm", "1.0", "--critic.lr_scheduler", "constant", "--critic.value_clip", "0.2",
+        "--critic.max_norm", "1.0", "--critic.lr_scheduler", "constant", "--critic.value_clip", "0.5",
         "--ds.lora.rank", "8", "--ds.lora.alpha", "16", "--ds.lora.dropout", "0.0",
         "--actor.gradient_checkpointing_enable",
         "--ckpt.output_dir", f"{RUN}/model", "--ckpt.path", f"{RUN}/checkpoints", "--ckpt.save_steps", "20",
@@ -256,12 +256,12 @@ def test_openrlhf_parses_and_accepts_the_ppo_command(monkeypatch):
     cfg = load_config(env="sokoban", algo="ppo", extra=[REPO / "configs/paper/ragen2-main.yaml"])
     args = parse_with_openrlhf(plan_launch(cfg, RUN, Cluster()).openrlhf_flags, monkeypatch)
     assert args.actor.model_name_or_path == args.critic.model_name_or_path == "Qwen/Qwen2.5-3B-Instruct"
-    assert args.actor.eps_clip_low_high == [0.2, 0.28] and args.actor.dual_clip is None
+    assert args.actor.eps_clip_low_high == [0.2, 0.28] and args.actor.dual_clip == 3.0
     assert args.algo.advantage.estimator == "gae" and args.algo.kl.init_coef == 0.0
     assert (args.rollout.batch_size, args.rollout.n_samples_per_prompt) == (8, 16)
     assert (args.train.batch_size, args.train.micro_batch_size, args.rollout.micro_batch_size) == (32, 4, 4)
     assert args.reward.remote_url == ["agent"] and args.train.agent_func_path == AGENT  # the agent path is on
-    assert list(args.reward.clip_range) == [-1e9, 1e9] and args.critic.value_clip == 0.2
+    assert list(args.reward.clip_range) == [-1e9, 1e9] and args.critic.value_clip == 0.5
     assert args.actor.adam.lr == 1e-6 and list(args.actor.adam.betas) == [0.9, 0.999]
     assert args.vllm.num_engines == 8 and args.train.colocate_all and args.vllm.enable_sleep
 
