@@ -23,6 +23,9 @@ deliberately differ, and why:
   stopped at the first one, which is the same in ``largest`` order (they are all
   at the end) but in ``smallest`` order would empty the selection whenever one
   zero-spread group exists.
+* Softmax top-p: a cumulative mass within 1e-12 per group of p reaches p, so 10 tied
+  groups at p = 0.9 keep 9 (RAGEN's float32 sum happens to round up to 0.90000004
+  and keeps 9 as well; float64 rounds down to 0.8999999999999999).
 * top_k: k = max(1, int(value * num_groups + 1e-9)) so that 0.29 * 100 keeps 29
   groups, not int(28.999999999999996) = 28.
 * Statistics are computed in float64 on the CPU: the inputs are tiny (one number
@@ -41,6 +44,7 @@ from .config import FilterConfig
 ZERO_SPREAD_TOL = 1e-10  # a group whose rewards differ by no more than this has no spread
 MIN_P_TOL = 1e-10  # RAGEN's slack so min_p keeps groups tied with the best despite round-off
 _TOP_K_ROUNDING = 1e-9  # see module docstring: int(value * num_groups) without round-off loss
+SOFTMAX_MASS_TOL = 1e-12  # per group: float64 round-off of a cumulative softmax mass
 
 
 class FilterInputError(ValueError):
@@ -173,11 +177,14 @@ def _top_p_linear(s: torch.Tensor, cfg: FilterConfig) -> torch.Tensor:
 
 def _top_p_softmax(s: torch.Tensor, cfg: FilterConfig) -> torch.Tensor:
     # Nucleus selection over softmax(score): keep until the mass reaches p; the
-    # first group always enters, so this never comes back empty.
+    # first group always enters, so this never comes back empty. A mass within
+    # SOFTMAX_MASS_TOL per group of p counts as reaching it: 10 tied groups sum to
+    # 0.8999999999999999 after 9 in float64 and would otherwise take a 10th.
     logits = s if cfg.order == "largest" else -s
     ranked = _ranked(s, cfg.order)
     mass = torch.cumsum(torch.softmax(logits, dim=0)[ranked], dim=0)
-    first = int(torch.searchsorted(mass, torch.tensor([cfg.value], dtype=mass.dtype))[0])
+    target = cfg.value - SOFTMAX_MASS_TOL * s.numel()
+    first = int(torch.searchsorted(mass, torch.tensor([target], dtype=mass.dtype))[0])
     return ranked[: min(first + 1, s.numel())]
 
 

@@ -124,6 +124,15 @@ def test_top_p_softmax_ties_and_all_zero_spread_never_empty():
     assert select_groups(all_equal, FilterConfig(top_p_mode="softmax", include_zero=False)).skip
 
 
+def test_top_p_softmax_exact_boundary_ties_keep_the_shortest_prefix():
+    # 10 tied groups: each has mass 0.1, so 9 of them reach p = 0.9 exactly. In float64 the
+    # running sum after 9 is 0.8999999999999999, which once took a 10th group.
+    assert given_kept([0.5] * 10, value=0.9, top_p_mode="softmax") == list(range(9))
+    assert given_kept([0.5] * 4, value=0.75, top_p_mode="softmax") == [0, 1, 2]
+    # A p really above the mass of 2 of 3 groups (2/3 + 1e-9) still takes the third.
+    assert given_kept([1.0, 1.0, 1.0], value=2 / 3 + 1e-9, top_p_mode="softmax") == [0, 1, 2]
+
+
 def test_top_p_softmax_one_nonzero_group():
     # Variances [0, 0.5, 0]; probs e^0.5 / (2 + e^0.5) = 0.4519 < 0.5, then group 0
     # (tied with 2, lower index) adds 0.2741 -> 0.726 >= 0.5.
