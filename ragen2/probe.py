@@ -5,15 +5,19 @@ segments under prompts and log the MI estimates (`probe/...`), timed on their ow
 (`probe/time_s`) and left out of the step time. Two ways to pick the pairs
 (`probe.mode`):
 
-* `first_turn`: one column per group, its first-turn prompt; rows are first-turn
-  reasoning segments, subsampled to `num_samples` without replacement.
+* `first_turn`: rows are first-turn reasoning segments, subsampled to `num_samples`
+  without replacement; one column per group among the sampled rows, its first-turn
+  prompt. As in RAGEN-2, a group with no sampled reasoning has no column: an unowned
+  column would raise MI's bound from log 3 to log 4 (say) and lower chance retrieval.
 * `trajectory`: `num_samples` (trajectory m, turn t) pairs drawn i.i.d. with
   probability 1/M * 1/T_m (T_m = m's turns with a reasoning segment, M = trajectories
   with at least one), so every trajectory weighs the same whatever its length. Each
   pair is its own column: the prompt is the whole context before that turn's reasoning.
 
 The probe draws its subsample from its own RNG keyed by the step, never from the training
-generator, so turning it on or off does not change the training trajectory.
+generator, so turning it on or off does not change the training trajectory. Rows whose scores
+are not finite (a NaN from the model) are dropped and counted (`probe/num_nonfinite_dropped`),
+and columns left without a row go with them: a NaN in a diagnostic never ends a run.
 
 CollapseWatch: each step's logged series go to `mi_probe.CollapseDetector`; its alerts
 become `alert` events in the run directory (and a printed line), and stop the run when
@@ -26,6 +30,7 @@ import math
 import time
 
 import numpy as np
+import torch
 
 import mi_probe
 from ragen2.config import ProbeSection
@@ -68,12 +73,15 @@ class Probe:
         if len(set(owners)) < 2:
             return {"probe/skipped_too_few_groups": 1.0, "probe/num_pairs": float(len(owners))}
         scores = mi_probe.cross_score(policy, prompts, reasonings, owners, pad_token_id=self.pad_id)
-        if len(set(scores.owner.tolist())) < 2:  # every other reasoning was empty
-            return {"probe/skipped_too_few_groups": 1.0, "probe/num_pairs": float(len(owners))}
-        metrics = mi_probe.mi_metrics_both(scores.L, scores.L_sum, scores.owner, column_ids=scores.column_ids)
+        L, L_sum, owner, column_ids, nonfinite = usable_scores(scores)
+        if len(column_ids) < 2:  # every other reasoning was empty or scored NaN
+            return {"probe/skipped_too_few_groups": 1.0, "probe/num_pairs": float(len(owners)),
+                    "probe/num_nonfinite_dropped": float(nonfinite)}
+        metrics = mi_probe.mi_metrics_both(L, L_sum, owner, column_ids=column_ids)
         if update_ema:
             metrics.update(self.ema.update(metrics))
         metrics["num_empty_dropped"] = float(scores.num_empty_dropped)
+        metrics["num_nonfinite_dropped"] = float(nonfinite)
         return {f"probe/{key}": float(value) for key, value in metrics.items()}
 
     def pairs(self, batch, step: int):
@@ -83,23 +91,25 @@ class Probe:
         return self.first_turn_pairs(batch, step)
 
     def first_turn_pairs(self, batch, step: int):
-        """Columns: each group's first prompt + `<think>`; rows: first-turn reasoning segments."""
+        """Rows: first-turn reasoning segments; columns: the first prompt + `<think>` of each
+        group that owns a sampled row (RAGEN-2: the groups present among the valid pairs)."""
         group_of_row = batch.group_ids.tolist()
+        spans = [(row, start, end) for row, turn, start, end in batch.reasoning_spans if turn == 0 and end > start]
+        rng = np.random.default_rng([step, PROBE_STREAM])
+        if len(spans) > self.cfg.num_samples:
+            picked = sorted(rng.choice(len(spans), size=self.cfg.num_samples, replace=False).tolist())
+            spans = [spans[i] for i in picked]
+        owned = {group_of_row[row] for row, _, _ in spans}
         first_sampled = batch.response_mask.float().argmax(dim=1).tolist()
         prompt_of_group: dict[int, list[int]] = {}
         for row, group in enumerate(group_of_row):
-            if group not in prompt_of_group:
+            if group in owned and group not in prompt_of_group:
                 prompt = batch.input_ids[row, :first_sampled[row]].tolist()
                 # The rollout usually prefills "<think>" already (RAGEN's layout).
                 tail = self.tokenizer.decode(prompt[-8:], skip_special_tokens=False)
                 prompt_of_group[group] = prompt if tail.endswith(THINK_OPEN) else prompt + self.think_ids
         groups = sorted(prompt_of_group)
         column = {group: index for index, group in enumerate(groups)}
-        spans = [(row, start, end) for row, turn, start, end in batch.reasoning_spans if turn == 0 and end > start]
-        rng = np.random.default_rng([step, PROBE_STREAM])
-        if len(spans) > self.cfg.num_samples:
-            picked = sorted(rng.choice(len(spans), size=self.cfg.num_samples, replace=False).tolist())
-            spans = [spans[i] for i in picked]
         reasonings = [batch.input_ids[row, start:end].tolist() for row, start, end in spans]
         owners = [column[group_of_row[row]] for row, _, _ in spans]
         return [prompt_of_group[g] for g in groups], reasonings, owners
@@ -125,6 +135,25 @@ class Probe:
 
     def load_state_dict(self, state: dict) -> None:
         self.ema.load_state_dict(state["ema"])
+
+
+def usable_scores(scores):
+    """The cross-scores the estimators can use: `(L, L_sum, owner, column_ids, rows dropped)`.
+
+    A column with no finite entry goes first (one prompt the model scores NaN should not drop
+    every row), then every row with a non-finite entry left, then the columns no remaining row
+    owns; `owner` is renumbered onto the columns kept.
+    """
+    L, L_sum, owner = scores.L, scores.L_sum, scores.owner
+    finite = torch.isfinite(L) & torch.isfinite(L_sum)
+    columns = finite.any(dim=0) if L.shape[0] else torch.zeros(L.shape[1], dtype=torch.bool)
+    rows = finite[:, columns].all(dim=1) & columns[owner]
+    kept_cols = sorted(set(owner[rows].tolist()))
+    index = torch.tensor(kept_cols, dtype=torch.long)
+    renumber = {old: new for new, old in enumerate(kept_cols)}
+    new_owner = torch.tensor([renumber[o] for o in owner[rows].tolist()], dtype=torch.long)
+    return (L[rows][:, index], L_sum[rows][:, index], new_owner, [scores.column_ids[c] for c in kept_cols],
+            int((~rows).sum()))
 
 
 class CollapseWatch:

@@ -186,3 +186,88 @@ def test_pad_token_choice_does_not_change_scores(model, batch, naive):
     # Rows of lengths 4, 1, 13 (and an empty one) in one micro-batch: two rows are padded.
     scores = cross_score(model, prompts, reasonings[:4], owners[:4], micro_batch_size=4, pad_token_id=VOCAB - 1)
     torch.testing.assert_close(scores.L, naive.L[:3], atol=1e-5, rtol=0)
+
+
+# --- the trainer's probe: which pairs, and scores it cannot use -------------------------------
+
+THINK_ID = 60
+
+
+class _Tok:
+    """What `ragen2.probe.Probe` asks of a tokenizer: `<think>`'s ids, a pad id, decode."""
+
+    pad_token_id = 0
+
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": [THINK_ID]}
+
+    def decode(self, ids, skip_special_tokens=False):
+        return ""  # the prompt does not end in <think>: the probe appends it
+
+
+def _first_turn_batch():
+    """Groups 0, 0, 1, 2; the assistant turn starts at position 4. Group 2's only member wrote
+    no reasoning (an empty span), as a format failure would."""
+    from types import SimpleNamespace
+
+    mask = torch.zeros(4, 10, dtype=torch.bool)
+    mask[:, 4:] = True
+    spans = [(0, 0, 4, 6), (1, 0, 4, 7), (2, 0, 4, 5), (3, 0, 4, 4)]
+    return SimpleNamespace(group_ids=torch.tensor([0, 0, 1, 2]), response_mask=mask,
+                           input_ids=torch.arange(40).reshape(4, 10) % VOCAB, reasoning_spans=spans)
+
+
+def test_first_turn_probe_has_columns_only_for_groups_with_sampled_reasoning(model):
+    from ragen2.config import ProbeSection
+    from ragen2.probe import Probe
+
+    probe = Probe(ProbeSection(num_samples=64), _Tok())
+    batch = _first_turn_batch()
+    prompts, reasonings, owners = probe.pairs(batch, step=0)
+    # RAGEN-2: the columns are the groups present among the valid pairs (0 and 1, not 2)
+    assert prompts == [[0, 1, 2, 3, THINK_ID], [20, 21, 22, 23, THINK_ID]]
+    assert reasonings == [[4, 5], [14, 15, 16], [24]] and owners == [0, 0, 1]
+    metrics = probe.measure(model, batch, step=0, update_ema=False)
+    reference = mi_metrics_both(*[getattr(cross_score_naive(model, prompts, reasonings, owners), k)
+                                  for k in ("L", "L_sum", "owner")])
+    assert metrics["probe/num_prompts"] == 2 and metrics["probe/retrieval_chance_level@1"] == 0.5
+    assert metrics["probe/mi_estimate"] == pytest.approx(reference["mi_estimate"], abs=1e-6)
+    assert metrics["probe/mi_estimate"] <= np.log(2) + 1e-6  # the bound of 2 columns, not log 3
+
+
+def _scores(L, owner):
+    from mi_probe.cross_scoring import CrossScores
+
+    L = torch.tensor(L, dtype=torch.float32)
+    n = L.shape[0]
+    return CrossScores(L=L, L_sum=2 * L, owner=torch.tensor(owner), row_index=torch.arange(n),
+                       token_counts=torch.full((n,), 2), column_ids=list(range(L.shape[1])), num_empty_dropped=0)
+
+
+def test_non_finite_scores_drop_their_rows_and_columns_not_the_run(model, monkeypatch):
+    import mi_probe
+    from ragen2.config import ProbeSection
+    from ragen2.probe import Probe, usable_scores
+
+    nan = float("nan")
+    # column 2 is NaN for every row (a prompt the model cannot score): it goes, and so does
+    # row 3, which it owns; row 1's NaN under column 0 drops row 1 only.
+    scores = _scores([[-1.0, -2.0, nan], [nan, -1.0, nan], [-3.0, -1.5, nan], [-1.0, -1.0, nan],
+                      [-2.5, -0.5, nan]], owner=[0, 1, 1, 2, 1])
+    L, L_sum, owner, column_ids, dropped = usable_scores(scores)
+    assert L.tolist() == [[-1.0, -2.0], [-3.0, -1.5], [-2.5, -0.5]] and torch.equal(L_sum, 2 * L)
+    assert owner.tolist() == [0, 1, 1] and column_ids == [0, 1] and dropped == 2
+    # Through the probe: metrics of the finite rows, by hand. matched = [-1, -1.5, -0.5];
+    # marginal_i = logsumexp(row) - log 2; MI = mean(matched - marginal).
+    monkeypatch.setattr(mi_probe, "cross_score", lambda *a, **k: scores)
+    probe = Probe(ProbeSection(), _Tok())
+    metrics = probe.measure(model, _first_turn_batch(), step=0)
+    rows = torch.tensor([[-1.0, -2.0], [-3.0, -1.5], [-2.5, -0.5]], dtype=torch.float64)
+    marginal = torch.logsumexp(rows, dim=1) - np.log(2)
+    expected = float((torch.tensor([-1.0, -1.5, -0.5], dtype=torch.float64) - marginal).mean())
+    assert metrics["probe/mi_estimate"] == pytest.approx(expected, abs=1e-6)
+    assert metrics["probe/num_nonfinite_dropped"] == 2 and np.isfinite(metrics["probe/mi_zscore_ema"])
+    # Nothing usable left (every row NaN somewhere): the probe skips, it does not raise.
+    monkeypatch.setattr(mi_probe, "cross_score", lambda *a, **k: _scores([[nan, -1.0], [-1.0, nan]], [0, 1]))
+    assert probe.measure(model, _first_turn_batch(), step=1) == {
+        "probe/skipped_too_few_groups": 1.0, "probe/num_pairs": 3.0, "probe/num_nonfinite_dropped": 2.0}
