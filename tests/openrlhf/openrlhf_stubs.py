@@ -27,6 +27,7 @@ MODULES = (
     "openrlhf.trainer.ppo_utils.samples_generator",
     "openrlhf.utils.agent",
     "openrlhf.trainer.ppo_trainer",
+    "openrlhf.trainer.ray.vllm_engine",  # _load_agent_executor, the loader of --train.agent_func_path
     "ragen2.engines.openrlhf.agent",
     "ragen2.engines.openrlhf.trainer_patch",
 )

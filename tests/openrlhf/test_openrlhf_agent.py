@@ -172,3 +172,26 @@ def test_a_label_not_written_by_ragen2_is_refused():
         agent_lib.EpisodeSpec.from_label(json.dumps({"env": "sokoban"}))
     with pytest.raises(agent_lib.EpisodeLabelError, match="not a ragen2 episode spec"):
         agent_lib.EpisodeSpec.from_label("the answer is 42")
+
+
+# ----------------------------------------------------------------------------- loaded as OpenRLHF loads it
+
+
+def test_openrlhfs_own_loader_runs_the_agent_file_the_flags_name(tmp_path):
+    """vllm_engine._load_agent_executor: spec_from_file_location + exec_module, no sys.modules entry."""
+    from ragen2.engines.openrlhf.flags import agent_path
+
+    load = modules["openrlhf.trainer.ray.vllm_engine"]._load_agent_executor
+    executor = load(str(agent_path()))
+    assert type(executor) is agent_lib.AgentExecutor  # the entry file hands over the one installed class
+    assert isinstance(executor, AgentExecutorBase) and executor._members == {}
+    # agent.py itself loads that way too (a second copy of the class, under OpenRLHF's module name)
+    direct = load(str(agent_path().with_name("agent.py")))
+    assert type(direct).__module__ == "agent_module" and isinstance(direct, AgentExecutorBase)
+    assert direct.__class__ is not agent_lib.AgentExecutor
+    # What broke before: a dataclass under `from __future__ import annotations` in a file run this way.
+    broken = tmp_path / "broken_agent.py"
+    broken.write_text("from __future__ import annotations\nfrom dataclasses import dataclass\n"
+                      "@dataclass\nclass Spec:\n    seed: int\n")
+    with pytest.raises(AttributeError, match="__dict__"):
+        load(str(broken))

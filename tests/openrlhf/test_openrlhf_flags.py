@@ -31,10 +31,11 @@ def head() -> list[str]:
     return ["python", "-m", "ragen2.engines.openrlhf.launch", "--ragen2.settings", f"{RUN}/openrlhf/settings.json"]
 
 
-def data_flags(eval_steps: int, group: int) -> list[str]:
+def data_flags(group: int) -> list[str]:
+    # --eval.steps 1: fit asks every rollout step, the controller evaluates on the local schedule
     return ["--train.agent_func_path", AGENT, "--data.prompt_dataset", f"{RUN}/openrlhf/train.jsonl",
             "--data.input_key", "prompt", "--data.label_key", "label", "--eval.dataset", f"{RUN}/openrlhf/val.jsonl",
-            "--eval.steps", str(eval_steps), "--eval.temperature", "0.5", "--eval.n_samples_per_prompt", str(group)]
+            "--eval.steps", "1", "--eval.temperature", "0.5", "--eval.n_samples_per_prompt", str(group)]
 
 
 COLOCATE = ["--vllm.tensor_parallel_size", "1", "--vllm.gpu_memory_utilization", "0.5", "--train.colocate_all",
@@ -49,7 +50,7 @@ def test_ppo_paper_config_on_one_node_of_8_gpus():
         "--actor.model_name_or_path", model, "--ds.param_dtype", "bf16",
         "--actor.num_nodes", "1", "--actor.num_gpus_per_node", "8",
         "--critic.model_name_or_path", model, "--critic.num_nodes", "1", "--critic.num_gpus_per_node", "8",
-        "--vllm.num_engines", "8", *COLOCATE, *data_flags(10, 16),
+        "--vllm.num_engines", "8", *COLOCATE, *data_flags(16),
         "--rollout.batch_size", "8", "--rollout.n_samples_per_prompt", "16", "--rollout.max_new_tokens", "400",
         "--data.max_len", "3600", "--rollout.temperature", "1.0", "--rollout.top_p", "1.0",
         "--rollout.micro_batch_size", "4", "--train.batch_size", "32", "--train.micro_batch_size", "4",
@@ -62,7 +63,8 @@ def test_ppo_paper_config_on_one_node_of_8_gpus():
         "--critic.adam.lr", "1e-05", "--critic.adam.betas", "0.9", "0.999", "--critic.adam.weight_decay", "0.0",
         "--critic.max_norm", "1.0", "--critic.lr_scheduler", "constant", "--critic.value_clip", "0.5",
         "--ckpt.output_dir", f"{RUN}/model", "--ckpt.path", f"{RUN}/checkpoints", "--ckpt.save_steps", "50",
-        "--ckpt.max_num", "2", "--logger.logging_steps", "1"]
+        "--ckpt.max_num", "2", "--ckpt.best_metric_key", "none",
+        "--logger.logging_steps", "1"]
 
 
 def test_grpo_has_no_critic_and_a_kl_loss_with_the_reference_model():
@@ -71,7 +73,7 @@ def test_grpo_has_no_critic_and_a_kl_loss_with_the_reference_model():
         "--actor.model_name_or_path", "Qwen/Qwen2.5-0.5B-Instruct", "--ds.param_dtype", "bf16",
         "--actor.num_nodes", "1", "--actor.num_gpus_per_node", "8",
         "--ref.num_nodes", "1", "--ref.num_gpus_per_node", "8",
-        "--vllm.num_engines", "8", *COLOCATE, *data_flags(6, 8),
+        "--vllm.num_engines", "8", *COLOCATE, *data_flags(8),
         "--rollout.batch_size", "8", "--rollout.n_samples_per_prompt", "8", "--rollout.max_new_tokens", "96",
         "--data.max_len", "2048", "--rollout.temperature", "1.0", "--rollout.top_p", "1.0",
         "--rollout.micro_batch_size", "2", "--train.batch_size", "16", "--train.micro_batch_size", "2",
@@ -83,7 +85,8 @@ def test_grpo_has_no_critic_and_a_kl_loss_with_the_reference_model():
         "--actor.adam.lr", "1e-05", "--actor.adam.betas", "0.9", "0.999", "--actor.adam.weight_decay", "0.0",
         "--actor.max_norm", "1.0", "--actor.lr_scheduler", "constant",
         "--ckpt.output_dir", f"{RUN}/model", "--ckpt.path", f"{RUN}/checkpoints", "--ckpt.save_steps", "-1",
-        "--ckpt.max_num", "2", "--logger.logging_steps", "1"]
+        "--ckpt.max_num", "2", "--ckpt.best_metric_key", "none",
+        "--logger.logging_steps", "1"]
 
 
 def test_starpo_s_on_two_nodes():
@@ -94,7 +97,7 @@ def test_starpo_s_on_two_nodes():
         "--actor.model_name_or_path", model, "--ds.param_dtype", "bf16",
         "--actor.num_nodes", "2", "--actor.num_gpus_per_node", "8",
         "--critic.model_name_or_path", model, "--critic.num_nodes", "2", "--critic.num_gpus_per_node", "8",
-        "--vllm.num_engines", "16", *COLOCATE, *data_flags(10, 16),
+        "--vllm.num_engines", "16", *COLOCATE, *data_flags(16),
         "--rollout.batch_size", "8", "--rollout.n_samples_per_prompt", "16", "--rollout.max_new_tokens", "400",
         "--data.max_len", "2048", "--rollout.temperature", "1.0", "--rollout.top_p", "1.0",
         "--rollout.micro_batch_size", "2", "--train.batch_size", "32", "--train.micro_batch_size", "2",
@@ -107,7 +110,8 @@ def test_starpo_s_on_two_nodes():
         "--critic.adam.lr", "1e-05", "--critic.adam.betas", "0.9", "0.999", "--critic.adam.weight_decay", "0.0",
         "--critic.max_norm", "1.0", "--critic.lr_scheduler", "constant", "--critic.value_clip", "0.5",
         "--ckpt.output_dir", f"{RUN}/model", "--ckpt.path", f"{RUN}/checkpoints", "--ckpt.save_steps", "-1",
-        "--ckpt.max_num", "2", "--logger.logging_steps", "1"]
+        "--ckpt.max_num", "2", "--ckpt.best_metric_key", "none",
+        "--logger.logging_steps", "1"]
 
 
 def test_snr_top_p_with_lora_dual_clip_and_logging_on_4_gpus():
@@ -118,7 +122,7 @@ def test_snr_top_p_with_lora_dual_clip_and_logging_on_4_gpus():
         "--actor.model_name_or_path", "/models/qwen", "--ds.param_dtype", "bf16",
         "--actor.num_nodes", "1", "--actor.num_gpus_per_node", "4",
         "--critic.model_name_or_path", "/models/qwen", "--critic.num_nodes", "1", "--critic.num_gpus_per_node", "4",
-        "--vllm.num_engines", "4", *COLOCATE, *data_flags(6, 8),
+        "--vllm.num_engines", "4", *COLOCATE, *data_flags(8),
         "--rollout.batch_size", "8", "--rollout.n_samples_per_prompt", "8", "--rollout.max_new_tokens", "96",
         "--data.max_len", "2048", "--rollout.temperature", "1.0", "--rollout.top_p", "1.0",
         "--rollout.micro_batch_size", "2", "--train.batch_size", "16", "--train.micro_batch_size", "2",
@@ -133,7 +137,8 @@ def test_snr_top_p_with_lora_dual_clip_and_logging_on_4_gpus():
         "--ds.lora.rank", "8", "--ds.lora.alpha", "16", "--ds.lora.dropout", "0.0",
         "--actor.gradient_checkpointing_enable",
         "--ckpt.output_dir", f"{RUN}/model", "--ckpt.path", f"{RUN}/checkpoints", "--ckpt.save_steps", "20",
-        "--ckpt.max_num", "2", "--logger.logging_steps", "1", "--logger.tensorboard_dir", f"{RUN}/tensorboard",
+        "--ckpt.max_num", "2", "--ckpt.best_metric_key", "none",
+        "--logger.logging_steps", "1", "--logger.tensorboard_dir", f"{RUN}/tensorboard",
         "--logger.wandb.key", "${WANDB_API_KEY}", "--logger.wandb.project", "ragen2", "--logger.wandb.run_name", "x"]
 
 
@@ -145,6 +150,9 @@ def test_settings_and_datasets_carry_the_filter_and_the_local_engines_seeds():
     assert settings["filter"] == {"strategy": "top_p", "value": 0.9, "metric": "reward_variance", "order": "largest",
                                   "top_p_mode": "linear", "include_zero": False, "eps": 0.01, "ddof": 1}
     assert settings["group_size"] == 8 and settings["batch_unit"] == 16 and settings["prefill"] == "<think>"
+    # the controller's eval / checkpoint schedule, in rollout steps (skipped ones count)
+    assert (settings["total_steps"], settings["val_every"], settings["save_every"]) == (
+        3, cfg.trainer.val_every, cfg.trainer.save_every)
     rows = [json.loads(line) for line in plan.files[RUN / "openrlhf/train.jsonl"].splitlines()]
     from ragen2.trainer import step_seeds
 
@@ -219,11 +227,10 @@ def test_cli_dry_run_prints_the_command_and_writes_the_files(tmp_path, capsys):
     assert not (run / "model").exists()  # nothing launched
 
 
-def test_cli_refuses_dry_run_for_the_local_engine_and_names_bad_keys(tmp_path, capsys):
+def test_cli_dry_run_names_the_keys_openrlhf_cannot_run(tmp_path, capsys):
+    # (--dry-run of the local engine is train_cli's, tested with it)
     from ragen2.cli import main
 
-    assert main(["train", "--dry-run", "--out", str(tmp_path)]) == 2
-    assert "--dry-run goes with --engine openrlhf" in capsys.readouterr().err
     assert main(["train", "--engine", "openrlhf", "--dry-run", "--out", str(tmp_path)]) == 2
     assert "model.name=bundled" in capsys.readouterr().err
 

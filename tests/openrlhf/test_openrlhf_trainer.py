@@ -170,9 +170,10 @@ def trainer(monkeypatch):
     monkeypatch.setattr(base, "evaluate", lambda self, step, **kw: calls["eval"].append(step) or {"eval": 1.0})
     cfg = load_config(filter="snr-top-p", overrides=["rollout.group_size=4", "rollout.num_groups=6", "probe.every=0",
                                                      "filter.max_consecutive_skips=2", "optim.micro_batch_size=1",
-                                                     "optim.mini_batch_size=4"])
+                                                     "optim.mini_batch_size=4", "trainer.total_steps=3",
+                                                     "trainer.val_every=0", "trainer.save_every=0"])
     instance = trainer_patch.RagenPPOTrainer.__new__(trainer_patch.RagenPPOTrainer)
-    instance.args = SimpleNamespace(rollout=SimpleNamespace(micro_batch_size=1),
+    instance.args = SimpleNamespace(rollout=SimpleNamespace(micro_batch_size=1), ckpt=SimpleNamespace(save_steps=-1),
                                     ds=SimpleNamespace(ring_attn_size=1, tensor_parallel_size=1))
     instance.samples_generator = Generator()
     instance._ragen_setup(trainer_settings(cfg, Cluster(gpus_per_node=4)), tiny_tokenizer("chatml"))
@@ -193,7 +194,8 @@ def test_skipped_steps_are_not_logged_and_are_counted_on_the_next_logged_step(tr
     assert status["ragen2/skipped_steps"] == 1.0 and status["ragen2/skipped_steps_total"] == 1.0
     assert status["policy_loss"] == 0.5 and status["snr/groups_kept"] == 3.0 and status["snr/skipped"] == 0.0
     trainer.save_logs_and_checkpoints(step, status, {})
-    assert trainer.evaluate(step) == {"eval": 1.0} and trainer.calls["logs"][0][0] == 8
+    assert trainer.calls["logs"][0][0] == 8
+    assert trainer.evaluate(step) == {} and trainer.calls["eval"] == []  # step 2 of 3, val_every=0: not due
 
     status, _ = trainer.train_step(samples(), 8)
     assert status["ragen2/skipped_steps"] == 0.0 and status["ragen2/skipped_steps_total"] == 1.0
@@ -261,8 +263,8 @@ def test_probe_metrics_from_agent_episodes_match_the_local_probe(actor_and_model
     assert len(reasonings) == 4 and sorted(set(owners)) == [0, 1]  # first-turn reasoning of every episode
     scores = mi_probe.cross_score_naive(model, prompts, reasonings, owners)
     expected = mi_probe.mi_metrics_both(scores.L, scores.L_sum, scores.owner, column_ids=scores.column_ids)
-    for key, value in expected.items():
-        assert ours[f"probe/{key}"] == pytest.approx(value, abs=1e-5), key
+    for key, value in expected.items():  # float32 scores; the z-scores divide by a small std: rel 1e-4
+        assert ours[f"probe/{key}"] == pytest.approx(value, rel=1e-4, abs=1e-5), key
 
 
 def test_the_actor_group_forward_pads_micro_batches_to_every_rank_and_keeps_order(monkeypatch, trainer):
@@ -332,11 +334,13 @@ def test_the_controller_writes_the_run_directory_files_the_bench_reads(trainer, 
                                                                                   "eval_bandit_pass4": 0.8})
     trainer.fit()
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    # Step 0 was skipped (no spread): nothing logged for it; steps 1 and 2 log a train and an eval row.
-    assert [row["step"] for row in rows] == [1, 1, 2, 2]
-    assert rows[0]["rollout/reward_mean"] == 0.25 and rows[0]["ragen2/skipped_steps"] == 1.0
-    assert "generated_samples" not in rows[0]  # not a number
-    assert rows[1]["val/reward_mean"] == 0.3 and rows[1]["val/max_reward_mean"] == 0.8
+    # Step 0 was skipped (no spread): its row has the rollout and filter metrics only; steps 1 and 2
+    # trained; the one eval (val_every=0) comes after the last step.
+    assert [row["step"] for row in rows] == [0, 1, 2, 2]
+    assert rows[0]["snr/skipped"] == 1.0 and rows[0]["rollout/reward_mean"] == 1.0 and "policy_loss" not in rows[0]
+    assert rows[1]["rollout/reward_mean"] == 0.25 and rows[1]["ragen2/skipped_steps"] == 1.0
+    assert "generated_samples" not in rows[1]  # not a number
+    assert rows[3]["val/reward_mean"] == 0.3 and rows[3]["val/max_reward_mean"] == 0.8
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert (summary["steps"], summary["steps_trained"], summary["steps_skipped"]) == (3, 2, 1)
     assert summary["final_val_success_rate"] is None and summary["final_val_reward_mean"] == 0.3

@@ -19,9 +19,12 @@ feedback without the chat template, and has no format penalty. Here:
   the loss by OpenRLHF's action mask.
 - Env code (construction, reset, step, close) may block (DeepCoder runs a sandbox): it runs in
   a thread (`asyncio.to_thread`), never on the engine's event loop.
-"""
 
-from __future__ import annotations
+Loadable by path: OpenRLHF runs this file with `spec_from_file_location` without registering it
+in `sys.modules`, so no `from __future__ import annotations` here (dataclasses would look the
+string annotations up in `sys.modules[__module__]` and fail). `flags.agent_path()` names
+`agent_entry.py`, which imports this module properly; both load (test_openrlhf_agent.py).
+"""
 
 import asyncio
 import json

@@ -230,6 +230,9 @@ def trainer_settings(cfg: Config, cluster: Cluster, run_dir: Path | None = None)
         "probe": json.loads(cfg.probe.model_dump_json()),
         "prefill": prefill_tag(cfg),
         "temperature": cfg.rollout.temperature,
+        "total_steps": cfg.trainer.total_steps,  # the controller's eval / checkpoint schedule (rollout steps)
+        "val_every": cfg.trainer.val_every,
+        "save_every": cfg.trainer.save_every,
         "run_dir": str(run_dir) if run_dir is not None else None,
     }
 
@@ -247,8 +250,9 @@ def _num(value) -> str:
 
 
 def agent_path() -> Path:
-    """The agent module OpenRLHF loads by file path in each vLLM worker (installed with ragen2)."""
-    return Path(__file__).resolve().parent / "agent.py"
+    """The agent file OpenRLHF loads by path in each vLLM worker (installed with ragen2): a shim
+    that imports `agent.AgentExecutor` from its module (see agent_entry.py)."""
+    return Path(__file__).resolve().parent / "agent_entry.py"
 
 
 def openrlhf_flags(cfg: Config, cluster: Cluster, run_dir: Path) -> list[str]:
@@ -270,7 +274,8 @@ def openrlhf_flags(cfg: Config, cluster: Cluster, run_dir: Path) -> list[str]:
     flags += ["--train.agent_func_path", str(agent_path()),
               "--data.prompt_dataset", str(files / "train.jsonl"), "--data.input_key", "prompt",
               "--data.label_key", "label",
-              "--eval.dataset", str(files / "val.jsonl"), "--eval.steps", str(t.val_every or t.total_steps),
+              # fit asks after every rollout step; the controller evaluates on the local engine's schedule
+              "--eval.dataset", str(files / "val.jsonl"), "--eval.steps", "1",
               "--eval.temperature", _num(t.val_temperature), "--eval.n_samples_per_prompt", str(r.group_size)]
     flags += ["--rollout.batch_size", str(r.num_groups), "--rollout.n_samples_per_prompt", str(r.group_size),
               "--rollout.max_new_tokens", str(r.max_new_tokens), "--data.max_len", str(r.max_context_tokens),
@@ -307,6 +312,7 @@ def openrlhf_flags(cfg: Config, cluster: Cluster, run_dir: Path) -> list[str]:
         flags += ["--actor.gradient_checkpointing_enable"]
     flags += ["--ckpt.output_dir", str(run_dir / "model"), "--ckpt.path", str(run_dir / "checkpoints"),
               "--ckpt.save_steps", str(t.save_every or -1), "--ckpt.max_num", str(t.keep_last),
+              "--ckpt.best_metric_key", "none",  # no DeepSpeed "best" checkpoint per improving eval
               "--logger.logging_steps", "1"]
     if t.tensorboard:
         flags += ["--logger.tensorboard_dir", str(run_dir / "tensorboard")]

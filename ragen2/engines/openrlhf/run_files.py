@@ -61,14 +61,16 @@ class RunFiles:
 
     def finish(self, steps: int, steps_skipped: int, stop_reason: str | None) -> dict:
         """summary.json, in the local engine's keys (the bench treats a run with one as done)."""
-        trained = [r for r in self.rows if "rollout/reward_mean" in r]
+        steps_rows = [r for r in self.rows if "rollout/reward_mean" in r]  # skipped steps too, as the local summary
         val = [r["val/reward_mean"] for r in self.rows if "val/reward_mean" in r]
         summary = {
             "run_dir": str(self.run_dir), "engine": "openrlhf",
             "steps": steps, "steps_trained": steps - steps_skipped, "steps_skipped": steps_skipped,
             "stop_reason": stop_reason,
-            "first_reward_mean": trained[0]["rollout/reward_mean"] if trained else None,
-            "last_reward_mean": trained[-1]["rollout/reward_mean"] if trained else None,
+            "first_reward_mean": steps_rows[0]["rollout/reward_mean"] if steps_rows else None,
+            "last_reward_mean": steps_rows[-1]["rollout/reward_mean"] if steps_rows else None,
+            "first_success_rate": steps_rows[0].get("rollout/success_rate") if steps_rows else None,
+            "last_success_rate": steps_rows[-1].get("rollout/success_rate") if steps_rows else None,
             "final_val_success_rate": None, "best_val_success_rate": None,  # see the module doc
             "final_val_reward_mean": val[-1] if val else None,
             "best_val_reward_mean": max(val) if val else None,

@@ -82,6 +82,51 @@ def select_samples(samples: list, group_size: int, filter_config: snr.FilterConf
     return StepSelection(kept_samples, kept, reason is not None, reason, metrics, selection)
 
 
+def _info(sample, key: str):
+    value = (getattr(sample, "info", None) or {}).get(key)
+    return None if value is None else float(torch.as_tensor(value).reshape(-1)[0])
+
+
+def rollout_metrics(samples: list, group_size: int) -> dict[str, float]:
+    """`rollout/...` over all of a step's samples (before the filter), in the local engine's
+    definitions (`RolloutBatch.metrics`) where a sample carries what they need: reward std over
+    all samples with ddof=0, in-group std / variance with ddof=1, success from `scores` (the
+    agent's), turns and the per-turn format fraction from the agent's `env/...` extra logs.
+    `response_length_mean` and `truncated_rate` are OpenRLHF's (`_compute_rollout_stats`)."""
+    rewards = group_reward_matrix(samples, group_size)
+    flat = rewards.reshape(-1)
+    spread = rewards.var(dim=1) if group_size > 1 else torch.zeros(rewards.shape[0], dtype=torch.float64)
+    out = {
+        "rollout/reward_mean": float(flat.mean()),
+        "rollout/reward_std": float(flat.std(unbiased=False)),
+        "rollout/in_group_reward_std_mean": float(spread.sqrt().mean()),
+        "rollout/in_group_reward_variance_mean": float(spread.mean()),
+        "rollout/num_trajectories": float(len(samples)),
+        "rollout/num_groups": float(rewards.shape[0]),
+    }
+    scores = [float(torch.as_tensor(s.scores).reshape(-1)[0]) for s in samples if getattr(s, "scores", None) is not None]
+    if len(scores) == len(samples):
+        out["rollout/success_rate"] = sum(scores) / len(scores)
+    turns = [_info(s, "env/num_turns") for s in samples]
+    if None not in turns:
+        out["rollout/turns_mean"] = sum(turns) / len(turns)
+        format_ok = [_info(s, "env/format_ok_fraction") for s in samples]
+        if None not in format_ok and sum(turns) > 0:  # the local engine's mean is over turns, not episodes
+            out["rollout/format_ok_fraction"] = sum(f * t for f, t in zip(format_ok, turns)) / sum(turns)
+    truncated_context = [_info(s, "env/context_truncated") for s in samples]
+    if None not in truncated_context:
+        out["rollout/context_truncated"] = float(sum(truncated_context))
+    lengths = [getattr(s, "response_length", None) for s in samples]
+    if None not in lengths:
+        out["rollout/response_length_mean"] = float(torch.cat([torch.as_tensor(v).reshape(-1) for v in lengths])
+                                                    .float().mean())
+    truncated = [getattr(s, "truncated", None) for s in samples]
+    if None not in truncated:
+        out["rollout/truncated_rate"] = float(torch.cat([torch.as_tensor(v).reshape(-1) for v in truncated])
+                                              .float().mean())
+    return out
+
+
 @dataclass
 class SkipLedger:
     """Counts skipped steps; their count (and metrics held back) go out with the next logged step."""

@@ -6,11 +6,24 @@
 - `train_step(rollout_samples, global_step)`: every `probe.every` steps the MI probe scores the
   step's samples (before filtering, as in the local engine) through the actor group's
   `forward`; then the SNR filter keeps whole groups in their original order, trimmed to the
-  batch unit (`selection`); an empty result skips the update: the step is counted, its
-  metrics are held, and nothing is logged, checkpointed or evaluated for it. The next trained
-  step logs `ragen2/skipped_steps` (since the last log) and `ragen2/skipped_steps_total`.
-- `save_logs_and_checkpoints` and `evaluate`: do nothing on a skipped step (the global step did
-  not advance, so OpenRLHF would log, save or evaluate that step twice).
+  batch unit (`selection`); an empty result skips the update: the step is counted, its row
+  goes to metrics.jsonl (as the local engine's, `snr/skipped` = 1), its metrics are held for
+  OpenRLHF's loggers, and nothing is trained or checkpointed for it. The next trained step logs
+  `ragen2/skipped_steps` (since the last log) and `ragen2/skipped_steps_total`.
+- Rollout metrics (`rollout/...`) are over all of the step's rollouts, in the local engine's
+  definitions (`selection.rollout_metrics`); OpenRLHF's own, over the trained samples only, are
+  kept as `trained/...`.
+- `save_logs_and_checkpoints`: nothing on a skipped step (the global step did not advance, so
+  OpenRLHF would log or save that step twice); checkpoints every `trainer.save_every` rollout
+  steps, as the local engine counts them.
+- `evaluate`: the flags pass `--eval.steps 1`, so `fit` asks after every rollout step, skipped or
+  not; it runs when the local engine validates: every `trainer.val_every` steps and after the
+  last step (the total, or the stop policy's), even when that step was skipped. OpenRLHF's own
+  count (trained steps only) would drop the final evaluation after a single skip.
+- `save_best_checkpoint`: nothing. The local engine keeps the last `trainer.keep_last`
+  checkpoints (`--ckpt.max_num`) and no "best" one (a DeepSpeed checkpoint per improving eval).
+- `__init__`: the prompt loader in dataset order (OpenRLHF's shuffles), so step k trains on the
+  local engine's step-k instances (`flags.dataset_rows`).
 - The stop policy (`snr.StopPolicy`, consecutive skips / spread collapse) ends the run by
   making the sample generator report an exhausted dataset, so `fit` returns normally and
   `train_ppo_ray` saves the model.
@@ -40,7 +53,7 @@ from ragen2.config import ProbeSection
 from ragen2.engines.openrlhf import SETTINGS_ENV
 from ragen2.engines.openrlhf.probe_scoring import probe_metrics
 from ragen2.engines.openrlhf.run_files import RunFiles
-from ragen2.engines.openrlhf.selection import SkipLedger, select_samples
+from ragen2.engines.openrlhf.selection import SkipLedger, rollout_metrics, select_samples
 
 logger = init_logger(__name__)
 
@@ -73,6 +86,9 @@ class RagenState:
         self.ledger = SkipLedger()
         self.probe = Probe(ProbeSection(**settings["probe"]), tokenizer)
         self.prefill = settings["prefill"]
+        self.total_steps = int(settings["total_steps"])
+        self.val_every = int(settings["val_every"])
+        self.save_every = int(settings["save_every"])
         self.step = 0  # rollout steps, skipped ones included (the local engine's run.step)
         self.skipped_now = False
         self.stop_reason: str | None = None
@@ -82,7 +98,16 @@ class RagenState:
 class RagenPPOTrainer(_Base):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        self._ragen_keep_dataset_order()
         self._ragen_setup(load_settings(), self.tokenizer)
+
+    def _ragen_keep_dataset_order(self) -> None:
+        """OpenRLHF's prompt loader shuffles (ppo_trainer.prepare_datasets); ours reads the rows in
+        the order flags.dataset_rows wrote them: step k's num_groups rows are the local step k's."""
+        loader = self.prompts_dataloader
+        ordered = self.strategy.setup_dataloader(loader.dataset, 1, True, False, loader.collate_fn,
+                                                 num_workers=self.args.data.dataloader_num_workers)
+        self.prompts_dataloader = self.samples_generator.prompts_dataloader = ordered
 
     def _ragen_setup(self, settings: dict, tokenizer) -> None:
         self.ragen = RagenState(settings, tokenizer)
@@ -119,7 +144,7 @@ class RagenPPOTrainer(_Base):
         """Probe, filter and stop policy for one step: (samples to train on or None, metrics)."""
         state = self.ragen
         step, state.step = state.step, state.step + 1
-        metrics: dict = {}
+        metrics = rollout_metrics(rollout_samples, state.group_size)
         if state.probe.due(step):
             micro = self.args.rollout.micro_batch_size
             metrics.update(probe_metrics(state.probe, rollout_samples, state.group_size, step,
@@ -142,10 +167,13 @@ class RagenPPOTrainer(_Base):
         if kept is None:
             self.ragen.skipped_now = True
             self.ragen.ledger.skipped(metrics)
+            if self.ragen.files is not None:
+                self.ragen.files.log_step(self.ragen.step - 1, metrics)
             logger.info(f"ragen2: step skipped (no group kept); {self.ragen.ledger.total} skipped so far")
             return {}, global_step
         self.ragen.skipped_now = False
         status, next_step = super().train_step(kept, global_step)
+        status = {("trained/" + k[len("rollout/"):] if k.startswith("rollout/") else k): v for k, v in status.items()}
         status.update(self.ragen.ledger.flush())
         status.update(metrics)
         return status, next_step
@@ -155,11 +183,23 @@ class RagenPPOTrainer(_Base):
             return
         if self.ragen.files is not None:  # the step just trained: index ragen.step - 1, as the local engine's
             self.ragen.files.log_step(self.ragen.step - 1, logs_dict)
+        # OpenRLHF saves when global_step (trained steps) % save_steps == 0; the local engine counts rollout steps
+        due = bool(self.ragen.save_every) and self.ragen.step % self.ragen.save_every == 0
+        self.args.ckpt.save_steps = 1 if due else float("inf")
         super().save_logs_and_checkpoints(global_step, logs_dict, client_states)
+
+    def ragen_eval_due(self) -> bool:
+        """The local engine's rule: after every val_every-th step and after the last one."""
+        state = self.ragen
+        periodic = bool(state.val_every) and state.step % state.val_every == 0
+        return periodic or state.step >= state.total_steps or state.stop_reason is not None
+
+    def save_best_checkpoint(self, eval_metrics, global_step, client_states=None):
+        return None  # see the module doc: only the last --ckpt.max_num regular checkpoints are kept
 
     @torch.no_grad()
     def evaluate(self, global_step, **generate_kwargs):
-        if self.ragen.skipped_now:
+        if not self.ragen_eval_due():
             return {}
         result = super().evaluate(global_step, **generate_kwargs)
         if self.ragen.files is not None:
