@@ -55,6 +55,9 @@ def reachable(values: list[Fraction], target: int) -> bool:
     ("7 / 2 * 2", 7, (7, 2, 2)),       # a fraction on the way, an integer at the end
     ("6 × 2 ÷ 3 − 1", 3, (6, 2, 3, 1)),  # the Unicode operators models like to write
     ("((((4))))", 4, (4,)),
+    ("+3", 3, (3,)),                   # unary plus, as Python's eval (both references) has it
+    ("+5 + 3 + 2 + 7", 17, (5, 3, 2, 7)),
+    ("-+-3 * +2", 6, (3, 2)),
 ])
 def test_expressions_evaluate_exactly(text, value, numbers):
     result = evaluate_expression(text)
@@ -72,6 +75,8 @@ def test_a_trailing_equals_states_a_result_and_division_by_zero_is_undefined():
     ("2 +", "ends where a number was expected"),
     ("(2 + 3", "missing ')'"),
     ("2 + 3)", "unexpected ')'"),
+    ("()", "unexpected ')' where a number was expected"),
+    ("2 + * 3", "unexpected '*' where a number was expected"),
     ("3 5 2", "unexpected 5"),
     ("2 ** 3", "'**' (power) is not allowed"),
     ("2**99999999", "'**' (power) is not allowed"),
@@ -84,7 +89,6 @@ def test_a_trailing_equals_states_a_result_and_division_by_zero_is_undefined():
     ("__import__('os').system('x')", "unexpected character '_'"),
     ("().__class__", "decimal point at position 2"),  # the tokenizer stops it first
     ("lambda: 0", "unexpected character 'l'"),
-    ("+3", "unexpected '+'"),
     ("１ + 2", "unexpected character '１'"),  # full-width digit: ASCII digits only
 ])
 def test_malformed_expressions_say_why(text, message):
@@ -92,14 +96,30 @@ def test_malformed_expressions_say_why(text, message):
         evaluate_expression(text)
 
 
-def test_length_and_nesting_are_capped():
-    with pytest.raises(ExpressionError, match="longer than"):
+def test_nesting_the_references_accept_is_accepted_and_length_is_capped_far_above():
+    # Python's eval (RAGEN-2's and TinyZero's scorer) accepts 200 nested parentheses and
+    # 2,000 unary minus signs; our evaluator is iterative, so depth costs no recursion.
+    assert evaluate_expression("(" * 200 + "1" + ")" * 200).value == 1
+    assert evaluate_expression("-" * 2001 + "1").value == -1  # an odd number of signs
+    assert evaluate_expression("(" * 20_000 + "7" + ")" * 20_000).value == 7
+    with pytest.raises(ExpressionError, match="longer than 100000 characters"):
         evaluate_expression("1+" * MAX_EXPRESSION_CHARS + "1")
-    with pytest.raises(ExpressionError, match="nested deeper"):
-        evaluate_expression("(" * 40 + "1" + ")" * 40)
-    with pytest.raises(ExpressionError, match="nested deeper"):
-        evaluate_expression("-" * 40 + "1")
-    assert evaluate_expression("(" * 30 + "1" + ")" * 30).value == 1
+    with pytest.raises(ExpressionError, match="more than 64 numbers"):
+        evaluate_expression("+".join(["9"] * 65))
+    with pytest.raises(ExpressionError, match="missing '\\)'"):
+        evaluate_expression("(" * 49_000 + "1")
+
+
+@pytest.mark.parametrize("text, numbers, target", [
+    ("+5 + 3 + 2 + 7", [5, 3, 2, 7], 17),                         # issue 15: both references score 1.0
+    ("(" * 40 + "5 + 3" + ")" * 40 + " + 2 + 7", [5, 3, 2, 7], 17),  # nested over 32 levels
+    ("5" + " " * 300 + "+ 3 + 2 + 7", [5, 3, 2, 7], 17),           # longer than 256 characters
+    ("- - " * 20 + "5 + 3 + 2 + 7", [5, 3, 2, 7], 17),               # 40 unary signs
+])
+def test_correct_answers_the_references_score_one_score_one(text, numbers, target):
+    # Reference value: eval(text) == 17 and the digit multiset matches, so RAGEN-2 gives 1.0.
+    assert eval(text, {"__builtins__": None}, {}) == target  # the reference's own check
+    assert score_answer(text, numbers, target).reward == 1.0
 
 
 @st.composite
@@ -162,13 +182,15 @@ def test_reward_rules(text, numbers, target, reward, verdict):
     "__import__('os').system('x')", "1;2", "().__class__", "2**99999999", "lambda: 0", "lambda x: x",
     "exec('1')", "eval('2+5-3')", "open('/etc/passwd')", "[2, 5, 3]", "2 + 5 - 3 # comment",
     "(" * 5000 + "2" + ")" * 5000, "-" * 5000 + "2", "1+" * 100_000 + "1", "\x00", "\udcff",
+    "9/" * 20_000 + "7", "(" * 49_000 + "2",
 ])
 def test_hostile_answers_score_zero_without_raising(text):
     env = CountdownEnv()
     env.reset(seed=0)
     _, reward, terminated, truncated, info = env.step(f"<think>t</think><answer>{text}</answer>")
     assert reward == 0.0 and terminated and not truncated and not info["success"]
-    assert info["action_infos"][0]["verdict"] == "malformed"
+    # Deep nesting of one number parses now (as far as eval would) but uses the wrong numbers.
+    assert info["action_infos"][0]["verdict"] in ("malformed", "wrong_numbers")
 
 
 # --- the env -------------------------------------------------------------------------------
