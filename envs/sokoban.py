@@ -1,7 +1,12 @@
 """Sokoban: push every box onto a target (RAGEN's SimpleSokoban and its variants).
 
-Rooms come from our reverse-play generator (`envs.sokoban_generator`), so each one is
-solvable within `search_depth` actions. Rewards follow gym-sokoban, which RAGEN uses:
+Rooms (`generator`): "ragen" (default) is RAGEN-2's generator (`envs.sokoban_ragen`): the
+same rooms for the same seed, 6x6 / 1 box averaging 3.98 moves to solve with 0.2% needing
+more than the 10-action budget. "reverse_bfs" is our breadth-first reverse-play generator
+(`envs.sokoban_generator`): every room is solvable within `search_depth` actions and comes
+with an optimal solution, but rooms are harder (5.8 moves, 9% over the budget): it takes
+the best-scoring state among all states within `search_depth`, where RAGEN-2 takes the first
+best one its depth-first search meets (benchmarks/sokoban_difficulty.py prints both). Rewards follow gym-sokoban, which RAGEN uses:
 -0.1 per action, +1 for pushing a box onto a target, -1 for pushing one off, +10 when every
 box is on a target (the episode then terminates with success). Moving into a wall, or into
 a box that cannot move, is a no-op that still costs the step penalty.
@@ -19,6 +24,7 @@ import numpy as np
 from envs.base import ActionOutcome, EnvConfig, EnvConfigError, TextEnv
 from envs.registry import EnvSpec, register
 from envs.sokoban_generator import DIRECTION_STEPS, FLOOR, TARGET, WALL, generate_room
+from envs.sokoban_ragen import generate_ragen_room
 
 ACTIONS = ("Up", "Down", "Left", "Right")  # same order as DIRECTION_STEPS
 STEP_PENALTY = -0.1
@@ -34,6 +40,7 @@ OBSERVATION_FORMATS = ("grid", "coord", "grid_coord")
 MIN_DIM, MAX_DIM = 5, 16  # 5: the smallest interior (3x3) where a box can be pulled; 16: keeps text short
 MAX_SEARCH_DEPTH = 1000
 MAX_BOXES = 4
+GENERATORS = ("ragen", "reverse_bfs")
 
 INSTRUCTION = (
     "You are solving the Sokoban puzzle. You are the player and you need to push all boxes onto targets. "
@@ -50,7 +57,8 @@ class SokobanConfig(EnvConfig):
     dim_x: int = 6                  # rows (RAGEN's dim_room[0])
     dim_y: int = 6                  # columns
     num_boxes: int = 1
-    search_depth: int = 300         # reverse-play steps; every room is solvable in at most this many actions
+    search_depth: int = 300         # reverse-play depth (RAGEN-2's default); reverse_bfs: a bound on the solution
+    generator: str = "ragen"        # ragen (RAGEN-2's rooms) | reverse_bfs (ours, harder); see GENERATORS
     observation_format: str = "grid"
     # One character each for: wall, empty, target, box, box on target, player, player on target.
     symbols: str = DEFAULT_SYMBOLS
@@ -61,7 +69,7 @@ class SokobanConfig(EnvConfig):
             value = getattr(self, name)
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
                 raise EnvConfigError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-        for name in ("observation_format", "symbols"):
+        for name in ("observation_format", "symbols", "generator"):
             value = getattr(self, name)
             if not isinstance(value, str):
                 raise EnvConfigError(f"{name} must be a str, got {type(value).__name__} {value!r}")
@@ -81,6 +89,12 @@ class SokobanConfig(EnvConfig):
             raise EnvConfigError(
                 f"search_depth must be in [num_boxes={self.num_boxes}, {MAX_SEARCH_DEPTH}], got {self.search_depth}"
             )
+        if self.generator not in GENERATORS:
+            raise EnvConfigError(f"generator must be one of {list(GENERATORS)}, got {self.generator!r}")
+        if self.generator == "ragen" and self.search_depth < self.num_boxes + 2:
+            # RAGEN's search scores a state d pulls deep only while d <= search_depth - 2.
+            raise EnvConfigError(f"generator='ragen' needs search_depth >= num_boxes + 2 = {self.num_boxes + 2}, "
+                                 f"got {self.search_depth}")
         if self.observation_format not in OBSERVATION_FORMATS:
             raise EnvConfigError(
                 f"observation_format must be one of {list(OBSERVATION_FORMATS)}, got {self.observation_format!r}"
@@ -130,7 +144,10 @@ class SokobanEnv(TextEnv):
 
     def _reset(self, rng: np.random.Generator) -> dict:
         config = self.config
-        room = generate_room(rng, config.dim_x, config.dim_y, config.num_boxes, config.search_depth)
+        if config.generator == "ragen":  # seeded from the env seed as RAGEN-2 seeds it, not from rng
+            room = generate_ragen_room(self.seed, config.dim_x, config.dim_y, config.num_boxes, config.search_depth)
+        else:
+            room = generate_room(rng, config.dim_x, config.dim_y, config.num_boxes, config.search_depth)
         self.dim_x, self.dim_y = room.dim_x, room.dim_y  # load_room may have changed them
         self.fixed = list(room.fixed)
         self.boxes = set(room.boxes)
@@ -262,7 +279,7 @@ def _register_variants() -> dict[str, EnvSpec]:
     for name, config, description, aliases in (
         ("sokoban", SokobanConfig(), "Sokoban 6x6, 1 box (RAGEN SimpleSokoban)", ("simple_sokoban",)),
         ("larger_sokoban", SokobanConfig(dim_x=8, dim_y=8, num_boxes=2, search_depth=10),
-         "Sokoban 8x8, 2 boxes, solvable within 10 actions (RAGEN LargerSokoban)", ()),
+         "Sokoban 8x8, 2 boxes, reverse-play search depth 10 (RAGEN LargerSokoban)", ()),
         ("sokoban_different_grid_vocab", SokobanConfig(search_depth=30, symbols=RAGEN_ALT_SYMBOLS),
          "Sokoban 6x6, 1 box, drawn with other symbols (W . G B C A @)", ()),
         ("sokoban_coord", SokobanConfig(observation_format="grid_coord"),
