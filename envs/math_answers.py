@@ -7,7 +7,8 @@ Two scoring modes:
 - `math`: the strict form first (so whatever strict accepts, math accepts too), then
   LaTeX wrappers (`\\boxed{}`, `$…$`, `\\(…\\)`, `\\text{}`) are peeled and both sides are
   read as exact numbers where they can be: `1,500` = `1500`, `18.00` = `18`, `0.5` = `1/2`
-  = `\\frac{1}{2}`, `$18` = `18`, `25\\%` = `25`, `x = 5` = `5`. Non-numeric answers are
+  = `\\frac{1}{2}`, `$18` = `18` (a leading currency sign; `$` elsewhere is kept unless it
+  delimits, so `5$5` ≠ `55`), `25\\%` = `25`, `x = 5` = `5`. Non-numeric answers are
   compared as their peeled strings. Numbers are read with regular expressions and
   `fractions.Fraction`, never evaluated as code.
 """
@@ -32,6 +33,9 @@ _SLASH_FRACTION = re.compile(r"([+-]?\d+)/(\d+)", re.ASCII)
 _LATEX_FRACTION = re.compile(r"([+-]?)\\frac\{([+-]?\d+(?:\.\d+)?)\}\{(\d+(?:\.\d+)?)\}", re.ASCII)
 _LATEX_SHORT_FRACTION = re.compile(r"([+-]?)\\frac(\d)(\d)", re.ASCII)  # \frac12
 _ASSIGNMENT = re.compile(r"[a-z]=(?=.)", re.ASCII)  # "x=5" → "5"
+# A currency sign before the number ("$18", "-$5"). Any other `$` is kept: only delimiting
+# `$…$` pairs are peeled, so "5$5" is not 55.
+_LEADING_DOLLAR = re.compile(r"([+-]?)\$(?=[0-9.])", re.ASCII)
 _WRAPPERS = ("\\boxed{", "\\text{", "\\textbf{", "\\mathrm{", "\\mbox{")
 # Spelling variants that mean the same thing: (from, to), applied in order.
 _REWRITES = (
@@ -103,7 +107,9 @@ def canonical_math_text(text: str) -> str:
 
 def parse_number(text: str) -> Fraction | None:
     """Read a canonical answer as an exact number, or None if it is not one."""
-    text = text.replace("$", "")
+    currency = _LEADING_DOLLAR.match(text)
+    if currency:
+        text = currency[1] + text[currency.end():]
     if text.endswith("%"):
         text = text[:-1]
     try:

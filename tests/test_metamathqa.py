@@ -78,6 +78,12 @@ def test_extract_label(response, label):
     ("(2,1)", "(1,2)", False, False),
     ("1,50", "150", False, False),               # not a thousands separator
     ("\\boxed{5", "5", False, False),
+    ("5$5", "55", False, False),                  # issue 15: a `$` inside a number is not stripped
+    ("$5$5", "55", False, False),
+    ("5$", "5", False, False),
+    ("$5$", "5", False, True),                    # delimiting $…$ is peeled
+    ("$$5$$", "5", False, True),
+    ("-$5", "-5", False, True),                   # currency sign after the minus
 ])
 def test_strict_and_math_scoring(answer_text, label, strict, math):
     assert answers_match(answer_text, label, "strict") is strict
