@@ -11,8 +11,12 @@ each bucket the gradient of every loss term is taken separately (no optimiser st
 * ``kl``      -- the KL-to-reference term (the loss adds ``kl_coef`` x it)
 
 so that ``task - entropy_coef * entropy + kl_coef * kl`` is the gradient of the
-total loss. This module holds the pure parts: bucketing, per-term gradients on a
-shared graph, and norms / cosines. The trainer supplies the loss terms.
+total loss. The norms are reported both unscaled (``entropy_norm``) and multiplied
+by the term's coefficient (``entropy_scaled_norm`` = entropy_coef x the norm: what
+enters the update, and what RAGEN-2 logs as ``grad_norm/<bucket>/entropy``). This
+module holds the pure parts: bucketing (RAGEN-2's ``quantile`` and ``fixed_rv``
+modes), per-term gradients on a shared graph, and norms / cosines. The trainer
+supplies the loss terms.
 
 Pure torch; imports nothing from ``ragen2``.
 """
@@ -31,6 +35,8 @@ __all__ = [
     "accumulate",
     "combine",
     "component_metrics",
+    "fixed_rv_buckets",
+    "FIXED_RV_EDGES",
     "gradient_components",
     "norm",
     "quantile_buckets",
@@ -38,30 +44,62 @@ __all__ = [
 ]
 
 ALL_BUCKET = "all"
+FIXED_RV_EDGES = (0.0, 1.0, 2.0, 3.0, 4.0, 5.0)  # RAGEN-2's fixed_rv std bins [0,1) ... [4,5), [5, inf)
 Grads = list[torch.Tensor]  # one tensor per parameter, in the parameter order given
 
 
-def quantile_buckets(group_spreads: Sequence[float], num_buckets: int) -> dict[str, list[int]]:
-    """Split groups into equal-count buckets by ascending reward spread.
-
-    Returns ``{"bucket_1": [group indices], ...}``: ``bucket_1`` holds the lowest
-    spreads. With fewer groups than buckets, each group gets its own bucket (no empty
-    buckets). Sizes differ by at most one, the larger buckets first (RAGEN puts the
-    whole remainder in its last bucket; spreading it keeps buckets comparable).
-    Ties keep the groups' input order (stable sort), so the split is deterministic.
-    """
-    if isinstance(num_buckets, bool) or not isinstance(num_buckets, int) or num_buckets < 1:
-        raise ValueError(f"num_buckets must be an int >= 1, got {num_buckets!r}")
+def _spreads(group_spreads: Sequence[float]) -> np.ndarray:
     spreads = np.asarray([float(s) for s in group_spreads], dtype=np.float64)
     if spreads.size and not np.isfinite(spreads).all():
         raise ValueError(f"group spreads must be finite, got {spreads.tolist()}")
     if (spreads < 0).any():
         raise ValueError(f"group spreads must be >= 0 (a std or variance), got {spreads.tolist()}")
+    return spreads
+
+
+def quantile_buckets(group_spreads: Sequence[float], num_buckets: int,
+                     remainder: str = "spread") -> dict[str, list[int]]:
+    """Split groups into equal-count buckets by ascending reward spread.
+
+    Returns ``{"bucket_1": [group indices], ...}``: ``bucket_1`` holds the lowest
+    spreads. With fewer groups than buckets, each group gets its own bucket (no empty
+    buckets). ``remainder="spread"``: sizes differ by at most one, the larger buckets
+    first (keeps buckets comparable); ``"last"``: every bucket has floor(n / buckets)
+    groups and the last takes the remainder, as RAGEN-2's ``quantile`` mode does.
+    Ties keep the groups' input order (stable sort), so the split is deterministic.
+    """
+    if isinstance(num_buckets, bool) or not isinstance(num_buckets, int) or num_buckets < 1:
+        raise ValueError(f"num_buckets must be an int >= 1, got {num_buckets!r}")
+    if remainder not in ("spread", "last"):
+        raise ValueError(f"remainder must be 'spread' or 'last', got {remainder!r}")
+    spreads = _spreads(group_spreads)
     if spreads.size == 0:
         return {}
     order = np.argsort(spreads, kind="stable")
-    parts = np.array_split(order, min(num_buckets, spreads.size))
+    count = min(num_buckets, spreads.size)
+    if remainder == "spread":
+        parts = np.array_split(order, count)
+    else:
+        size = spreads.size // count
+        parts = [order[k * size:(k + 1) * size] for k in range(count - 1)] + [order[(count - 1) * size:]]
     return {f"bucket_{k + 1}": sorted(int(g) for g in part) for k, part in enumerate(parts)}
+
+
+def fixed_rv_buckets(group_spreads: Sequence[float], edges: Sequence[float] = FIXED_RV_EDGES) -> dict[str, list[int]]:
+    """RAGEN-2's ``fixed_rv`` buckets: ``bucket_k`` holds the groups with spread in
+    ``[edges[k-1], edges[k])``, the last bin open above. Empty bins are left out (RAGEN-2
+    skips them), so the names keep their bin: ``bucket_2`` is always [1, 2)."""
+    edges = [float(e) for e in edges]
+    if not edges or any(b <= a for a, b in zip(edges, edges[1:])):
+        raise ValueError(f"edges must be a non-empty increasing sequence, got {edges}")
+    spreads = _spreads(group_spreads)
+    out: dict[str, list[int]] = {}
+    for k, low in enumerate(edges):
+        high = edges[k + 1] if k + 1 < len(edges) else math.inf
+        members = [g for g, s in enumerate(spreads.tolist()) if low <= s < high]
+        if members:
+            out[f"bucket_{k + 1}"] = members
+    return out
 
 
 def zeros_like_params(params: Sequence[torch.Tensor]) -> Grads:
@@ -130,13 +168,16 @@ def norm(grads: Grads) -> float:
     return math.sqrt(max(_dot(grads, grads), 0.0))
 
 
-def component_metrics(components: Mapping[str, Grads], *, num_tokens: int, num_samples: int) -> dict[str, float]:
+def component_metrics(components: Mapping[str, Grads], *, num_tokens: int, num_samples: int,
+                      coefficients: Mapping[str, float] | None = None) -> dict[str, float]:
     """Norms (raw, per token, per sample) of each component, and each pair's cosine.
 
     Keys: ``{c}_norm``, ``{c}_norm_per_token``, ``{c}_norm_per_sample`` and
     ``cos_{a}_{b}``. Per-token / per-sample divide the norm by the bucket's sampled
     tokens / sequences, as RAGEN logs them. A cosine with a zero-norm side is
-    undefined and left out.
+    undefined and left out. With ``coefficients`` (how each term enters the loss),
+    every component also gets ``{c}_scaled_norm`` = |coefficient| x its norm, and its
+    per-token / per-sample forms: the size of what the term adds to the update.
     """
     if num_tokens < 0 or num_samples < 0:
         raise ValueError(f"counts must be >= 0, got num_tokens={num_tokens}, num_samples={num_samples}")
@@ -148,6 +189,13 @@ def component_metrics(components: Mapping[str, Grads], *, num_tokens: int, num_s
             out[f"{name}_norm_per_token"] = size / num_tokens
         if num_samples:
             out[f"{name}_norm_per_sample"] = size / num_samples
+        if coefficients is not None and name in coefficients:
+            scaled = abs(float(coefficients[name])) * size
+            out[f"{name}_scaled_norm"] = scaled
+            if num_tokens:
+                out[f"{name}_scaled_norm_per_token"] = scaled / num_tokens
+            if num_samples:
+                out[f"{name}_scaled_norm_per_sample"] = scaled / num_samples
     for a, b in combinations(components, 2):
         if norms[a] > 0 and norms[b] > 0:
             out[f"cos_{a}_{b}"] = _dot(components[a], components[b]) / (norms[a] * norms[b])

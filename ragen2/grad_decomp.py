@@ -1,17 +1,31 @@
 """Trainer side of the gradient decomposition (`probe.grad_every`, off by default).
 
 On the filtered batch, after advantages and before the update, the prompt groups are
-bucketed by in-group reward std (`probe.grad_buckets` quantile buckets), and for each
-bucket the gradients of the actor loss's terms are taken separately, with no optimiser
-step: the clipped policy loss (task), the entropy term and the KL term. The terms are
-built exactly as `engines.local.ppo_update` builds them (same log-probs, clip ranges,
-aggregation and token/sequence totals), so
+bucketed by in-group reward std (`probe.grad_bucket_mode`: RAGEN-2's `quantile`, with
+`probe.grad_buckets` buckets and the remainder in the last; `quantile_even`; or RAGEN-2's
+`fixed_rv` std bins [0,1) ... [5,inf)), and for each bucket the gradients of the actor
+loss's terms are taken separately, with no optimiser step: the clipped policy loss (task),
+the entropy term and the KL term. The terms are built exactly as `engines.local.ppo_update`
+builds them (same log-probs, clip ranges, aggregation and token/sequence totals), so
 
     g_task - entropy_coef * g_entropy + kl_coef * g_kl  =  gradient of the update's loss
 
-(before `filter_loss_scaling`, which scales every term alike). The `all` bucket is the
-weighted sum of the buckets: with the loss aggregated over fixed totals it is linear in
-the rows, so the whole batch needs no second pass. The maths is in `mi_probe.gradients`.
+(before `filter_loss_scaling`, which scales every term alike). Each norm is logged unscaled
+(`entropy_norm`) and times its coefficient (`entropy_scaled_norm`, RAGEN-2's
+`grad_norm/<bucket>/entropy`): the scaled one is what sits beside `task_norm` in the update.
+The `all` bucket is the weighted sum of the buckets: with the loss aggregated over fixed
+totals it is linear in the rows, so the whole batch needs no second pass. With
+`probe.grad_prefilter` the unfiltered batch gets the same pass (`grad_prefilter/...`, RAGEN-2's
+`grad_norm_prefilter/...`), with its own old log-probs, values and advantages.
+
+How RAGEN-2 (veRL's actor) differs: it takes one gradient per PPO mini-batch
+(`ppo_mini_batch_size` rows), each the mean over micro-batches of the micro-batch's own
+token-mean loss, and logs the mean over mini-batches of those gradients' norms. Here a
+bucket's gradient is that of the bucket's whole loss (token-mean over all its tokens), and
+its norm is one norm. Mean of norms >= norm of the mean, so RAGEN-2's figures run higher
+when a bucket spans several mini-batches; with micro-batches of 1 (its default) its
+"token-mean" weighs sequences equally, like our seq-mean-token-mean.
+The maths is in `mi_probe.gradients`.
 """
 
 from __future__ import annotations
@@ -100,7 +114,7 @@ class BucketGradients:
 
 def _bucket_metrics(bucket: BucketGradients) -> dict[str, float]:
     out = grad_lib.component_metrics(bucket.components, num_tokens=bucket.num_tokens,
-                                     num_samples=bucket.num_sequences)
+                                     num_samples=bucket.num_sequences, coefficients=bucket.coefficients)
     total = grad_lib.combine(bucket.components, bucket.coefficients)
     out["total_norm"] = grad_lib.norm(total)
     for name, value in bucket.loss_values.items():
@@ -116,6 +130,15 @@ def _bucket_metrics(bucket: BucketGradients) -> dict[str, float]:
     return out
 
 
+def split_buckets(cfg: Config, spreads: list[float]) -> dict[str, list[int]]:
+    """Bucket names -> positions in `spreads`, by `probe.grad_bucket_mode`."""
+    mode = cfg.probe.grad_bucket_mode
+    if mode == "fixed_rv":
+        return grad_lib.fixed_rv_buckets(spreads)
+    return grad_lib.quantile_buckets(spreads, cfg.probe.grad_buckets,
+                                     remainder="last" if mode == "quantile" else "spread")
+
+
 def iter_bucket_gradients(policy, cfg: Config, batch, data: local.UpdateInputs):
     """Yield each reward-std bucket's `BucketGradients`, lowest spread first, then `all`.
 
@@ -123,7 +146,7 @@ def iter_bucket_gradients(policy, cfg: Config, batch, data: local.UpdateInputs):
     """
     stds = group_reward_std(batch, cfg.filter.ddof)
     groups = sorted(stds)
-    buckets = grad_lib.quantile_buckets([stds[g] for g in groups], cfg.probe.grad_buckets)
+    buckets = split_buckets(cfg, [stds[g] for g in groups])
     group_of_row = batch.group_ids.tolist()
     total_tokens = int(data.response_mask.sum().item())
     total_sequences = int((data.response_mask.sum(dim=1) > 0).sum().item())
@@ -149,21 +172,50 @@ def iter_bucket_gradients(policy, cfg: Config, batch, data: local.UpdateInputs):
                           [stds[g] for g in groups])
 
 
-def decompose(policy, cfg: Config, batch, data: local.UpdateInputs) -> dict[str, float]:
-    """`grad/<bucket>/<key>` metrics for every bucket and `all`; no parameter changes."""
+def decompose(policy, cfg: Config, batch, data: local.UpdateInputs, prefix: str = "grad") -> dict[str, float]:
+    """`<prefix>/<bucket>/<key>` metrics for every bucket and `all`; no parameter changes."""
     started = time.perf_counter()
     if int(data.response_mask.sum().item()) == 0:
-        return {"grad/skipped_no_tokens": 1.0, "grad/time_s": time.perf_counter() - started}
+        return {f"{prefix}/skipped_no_tokens": 1.0, f"{prefix}/time_s": time.perf_counter() - started}
     policy.train()  # the mode the update's gradient is taken in
     metrics: dict[str, float] = {}
     buckets = 0
     for bucket in iter_bucket_gradients(policy, cfg, batch, data):
         values = _bucket_metrics(bucket)
-        metrics.update({f"grad/{bucket.name}/{key}": value for key, value in values.items()})
+        metrics.update({f"{prefix}/{bucket.name}/{key}": value for key, value in values.items()})
         buckets += bucket.name != grad_lib.ALL_BUCKET
-    metrics["grad/num_buckets"] = float(buckets)
-    metrics["grad/time_s"] = time.perf_counter() - started
+    metrics[f"{prefix}/num_buckets"] = float(buckets)
+    metrics[f"{prefix}/time_s"] = time.perf_counter() - started
     return metrics
+
+
+def update_inputs(run, batch) -> local.UpdateInputs:
+    """Old log-probs, reference log-probs, values and advantages of `batch`, as the update
+    computes them (for the pre-filter pass, whose batch the update never sees)."""
+    from ragen2.trainer import compute_advantages  # the trainer imports this module
+
+    cfg, models = run.cfg, run.models
+    micro, temperature = cfg.optim.micro_batch_size, cfg.rollout.temperature
+    batch = batch.to(models.device)
+    ids, attn, mask = batch.input_ids, batch.attention_mask, batch.response_mask
+    old = local.batched(lambda i, a, m: local.policy_log_probs(models.policy, i, a, m, temperature)[0],
+                        micro, ids, attn, mask)
+    ref = values = None
+    if models.reference is not None:
+        ref = local.batched(lambda i, a, m: local.policy_log_probs(models.reference, i, a, m, temperature)[0],
+                            micro, ids, attn, mask)
+    if models.critic is not None:
+        values = local.batched(lambda i, a: local.critic_values(models.critic, i, a), micro, ids, attn)
+    advantages, returns = compute_advantages(cfg, batch, values, old, ref)
+    return local.UpdateInputs(ids, attn, mask, old, advantages, ref, values, returns)
+
+
+def maybe_decompose_prefilter(run, batch) -> dict[str, float]:
+    """With `probe.grad_prefilter`, on decomposition steps: `grad_prefilter/...` metrics of the
+    batch before the filter (RAGEN-2's `gradient_analysis_log_prefilter` pass), skipped steps too."""
+    if not (run.cfg.probe.grad_prefilter and due(run.cfg, run.step)):
+        return {}
+    return decompose(run.models.policy, run.cfg, batch, update_inputs(run, batch), prefix="grad_prefilter")
 
 
 def maybe_decompose(run, batch, data: local.UpdateInputs) -> dict[str, float]:

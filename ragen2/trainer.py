@@ -136,6 +136,7 @@ def train_step(run: Run) -> dict:
                         rollout_config(cfg), run.generator)
     metrics = batch.metrics()
     metrics.update(run.probe.maybe_run(run.step, models.policy, batch))  # timed on its own
+    metrics.update(grad_decomp.maybe_decompose_prefilter(run, batch))  # probe.grad_prefilter: before the filter
     with timer("filter"):
         selection = snr.select_groups(group_rewards(batch), run.filter_config)
     metrics.update(selection.metrics)

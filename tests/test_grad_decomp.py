@@ -37,6 +37,46 @@ def test_quantile_buckets_sort_by_spread_and_spread_the_remainder():
         grad_lib.quantile_buckets([0.1], 0)
 
 
+def test_ragen2_quantile_puts_the_remainder_in_the_last_bucket():
+    # RAGEN-2's split_into_buckets: 7 groups / 3 buckets -> floor 2 each, the last takes 2 + 1.
+    spreads = [0.5, 0.0, 0.2, 0.0, 1.0, 0.3, 0.1]  # ascending: 1, 3, 6, 2, 5, 0, 4
+    assert grad_lib.quantile_buckets(spreads, 3, remainder="last") == {
+        "bucket_1": [1, 3], "bucket_2": [2, 6], "bucket_3": [0, 4, 5]}
+    assert grad_lib.quantile_buckets([0.3, 0.1], 6, remainder="last") == {"bucket_1": [1], "bucket_2": [0]}
+    with pytest.raises(ValueError, match="remainder must be"):
+        grad_lib.quantile_buckets(spreads, 3, remainder="first")
+    # the config's default is RAGEN-2's; quantile_even is ours (sizes within one)
+    assert grad_decomp.split_buckets(Config(probe={"grad_buckets": 2}), [0.0, 0.7, 0.35]) == {
+        "bucket_1": [0], "bucket_2": [1, 2]}
+    assert grad_decomp.split_buckets(Config(probe={"grad_buckets": 2, "grad_bucket_mode": "quantile_even"}),
+                                     [0.0, 0.7, 0.35]) == {"bucket_1": [0, 2], "bucket_2": [1]}
+
+
+def test_fixed_rv_bins_are_ragen2s_std_edges_and_skip_empty_bins():
+    # [0,1) [1,2) [2,3) [3,4) [4,5) [5,inf): 1.0 and 5.0 open their bins; 12 is in the last
+    spreads = [0.5, 1.0, 5.0, 2.7, 0.99, 12.0]
+    assert grad_lib.fixed_rv_buckets(spreads) == {"bucket_1": [0, 4], "bucket_2": [1], "bucket_3": [3],
+                                                  "bucket_6": [2, 5]}
+    assert grad_decomp.split_buckets(Config(probe={"grad_bucket_mode": "fixed_rv"}), spreads) == \
+        grad_lib.fixed_rv_buckets(spreads)
+    assert grad_lib.fixed_rv_buckets([]) == {}
+    with pytest.raises(ValueError, match="increasing"):
+        grad_lib.fixed_rv_buckets([0.1], edges=(0.0, 2.0, 1.0))
+
+
+def test_scaled_norms_are_the_coefficient_times_the_norm():
+    a = [torch.tensor([3.0, 0.0]), torch.tensor([4.0])]  # norm 5
+    b = [torch.tensor([0.0, 2.0]), torch.tensor([0.0])]  # norm 2
+    out = grad_lib.component_metrics({"task": a, "entropy": b}, num_tokens=10, num_samples=4,
+                                     coefficients={"task": 1.0, "entropy": -0.001})
+    # RAGEN-2 logs ||entropy_coef * g_entropy|| = 0.001 * 2 beside ||g_task|| = 5
+    assert out["entropy_scaled_norm"] == pytest.approx(0.002) and out["entropy_norm"] == pytest.approx(2.0)
+    assert out["task_scaled_norm"] == pytest.approx(5.0)
+    assert out["entropy_scaled_norm_per_token"] == pytest.approx(0.0002)
+    assert out["entropy_scaled_norm_per_sample"] == pytest.approx(0.0005)
+    assert "entropy_scaled_norm" not in grad_lib.component_metrics({"entropy": b}, num_tokens=1, num_samples=1)
+
+
 def test_component_metrics_norms_per_token_per_sample_and_cosines():
     a = [torch.tensor([3.0, 0.0]), torch.tensor([4.0])]  # norm 5
     b = [torch.tensor([0.0, 2.0]), torch.tensor([0.0])]  # norm 2, orthogonal to a
@@ -76,7 +116,7 @@ def _config(loss_agg: str, kl_coef: float) -> Config:
     return Config(algo={"loss_agg": loss_agg, "kl_coef": kl_coef, "entropy_coef": 0.05, "clip_low": 0.2,
                         "clip_high": 0.28},
                   optim={"micro_batch_size": 3, "mini_batch_size": 8, "ppo_epochs": 1, "grad_clip": 1e9},
-                  probe={"grad_every": 1, "grad_buckets": 2})
+                  probe={"grad_every": 1, "grad_buckets": 2, "grad_bucket_mode": "quantile_even"})
 
 
 def _inputs(policy, with_ref: bool):
@@ -157,6 +197,10 @@ def test_decompose_metrics_per_bucket(policy):
             assert math.isfinite(metrics[f"grad/{bucket}/{key}"]), (bucket, key)
         norm, count = metrics[f"grad/{bucket}/task_norm"], metrics[f"grad/{bucket}/num_tokens"]
         assert metrics[f"grad/{bucket}/task_norm_per_token"] == pytest.approx(norm / count)
+    for bucket in ("bucket_1", "bucket_2", "all"):  # entropy_coef 0.05, kl_coef 0.1
+        assert metrics[f"grad/{bucket}/entropy_scaled_norm"] == pytest.approx(
+            0.05 * metrics[f"grad/{bucket}/entropy_norm"])
+        assert metrics[f"grad/{bucket}/kl_scaled_norm"] == pytest.approx(0.1 * metrics[f"grad/{bucket}/kl_norm"])
     assert metrics["grad/bucket_2/task_norm_per_reward_std"] == pytest.approx(
         metrics["grad/bucket_2/task_norm"] * math.sqrt(2))
     # the `all` loss is the token-weighted mean of the buckets' losses
@@ -176,7 +220,8 @@ def test_training_logs_the_decomposition_and_zero_spread_gives_zero_task_gradien
     code = main(["train", "--quiet", "--algo", "grpo", "--filter", "none", "--model", str(tmp_path / "model"),
                  "--out", str(tmp_path), "--steps", "1", "trainer.run_name=r", "rollout.num_groups=3",
                  "rollout.group_size=2", "rollout.max_new_tokens=8", "trainer.val_groups=1",
-                 "optim.micro_batch_size=2", "probe.every=0", "probe.grad_every=1", "probe.grad_buckets=2"])
+                 "optim.micro_batch_size=2", "probe.every=0", "probe.grad_every=1", "probe.grad_buckets=2",
+                 "probe.grad_prefilter=true"])
     assert code == 0
     [row] = read_metrics(tmp_path / "r")
     # A random tiny model never writes the format: every reward is the same penalty, every group's
@@ -187,3 +232,18 @@ def test_training_logs_the_decomposition_and_zero_spread_gives_zero_task_gradien
     # grpo's preset has a k3 KL term; at step 0 the policy is the reference, where k3's gradient vanishes
     assert row["grad/all/kl_norm"] == 0.0
     assert row["grad/time_s"] > 0 and "actor/pg_loss" in row
+    # the filter is none, so the pre-filter pass sees the same batch and finds the same gradients
+    assert row["grad_prefilter/all/num_groups"] == 3.0
+    assert row["grad_prefilter/all/entropy_norm"] == pytest.approx(row["grad/all/entropy_norm"], rel=1e-5)
+    assert row["grad/all/entropy_scaled_norm"] == pytest.approx(0.001 * row["grad/all/entropy_norm"])
+
+
+def test_fixed_rv_decomposition_puts_every_small_spread_in_bin_one(policy):
+    # stds 0, 0.707, 0.354 all lie in [0, 1): one bucket, and `all` is that bucket
+    cfg = _config("token-mean", 0.1)
+    cfg.probe.grad_bucket_mode = "fixed_rv"
+    batch, data = _inputs(policy, with_ref=True)
+    metrics = grad_decomp.decompose(policy, cfg, batch, data, prefix="grad_prefilter")
+    assert metrics["grad_prefilter/num_buckets"] == 1.0 and metrics["grad_prefilter/bucket_1/num_groups"] == 3.0
+    assert metrics["grad_prefilter/bucket_1/task_norm"] == metrics["grad_prefilter/all/task_norm"]
+    assert not any(k.startswith("grad/") for k in metrics)
