@@ -230,8 +230,11 @@ def hostile_cases(host: Host) -> list[Case]:
                 sys.exit(0)
             finally:
                 os._exit(0)  # skips the flush: the partial line is lost""", ("ok",)),
-        Case("exit_then_spin_in_atexit", "import atexit\natexit.register(lambda: [0 for _ in iter(int, 1)])\n"
+        # any() over an endless stream of zeros spins without allocating: CPU is the only limit it meets.
+        Case("exit_then_spin_in_atexit", "import atexit\natexit.register(lambda: any(iter(int, 1)))\n"
              "raise SystemExit(0)", ("timeout",)),
+        Case("memory_error_in_atexit", "import atexit\natexit.register(lambda: bytearray(10 * 2**30))\nprint('done')",
+             ("memory_limit",)),
         Case("gain_privileges", """
             import ctypes, os
             libc = ctypes.CDLL(None, use_errno=True)

@@ -43,7 +43,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from envs.sandbox import memory, rootfs, syscalls
+from . import memory, rootfs, syscalls  # relative: the package also loads standalone (tests run it unprivileged)
 
 # The runner's exit codes for limits hit inside the program (a program exiting with them
 # on purpose only mislabels its own failure).
@@ -157,7 +157,7 @@ def _run(program, stdin, limits: SandboxLimits, files: dict, hide_paths: tuple, 
             "status_fd": status_w, "inputs": os.path.join(tmp, "inputs"), "root": os.path.join(tmp, "root"),
             "work": WORK_DIR, "files": sorted(files), "plan": plan, "python": rootfs.interpreter(),
             "syscalls": syscalls.policy(os.uname().machine), "cgroup": cgroup.procs if cgroup else "",
-            "shm_bytes": limits.memory_bytes,
+            "shm_bytes": limits.memory_bytes // 2,  # SysV shm in its IPC namespace, all segments together
             "limits": {"cpu": limits.cpu_seconds, "memory": limits.memory_bytes, "nproc": limits.max_processes,
                        "fsize": limits.max_file_bytes, "nofile": limits.max_open_files,
                        "disk": limits.disk_bytes, "backstop": int(limits.wall_seconds) + 5},
