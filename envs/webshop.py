@@ -70,7 +70,7 @@ class WebShopConfig(EnvConfig):
     reward_mode: str = "score"       # score: WebShop's score in [0, 1]; success: 1 for a full score else 0
     results_per_page: int = 10       # WebShop's PRODUCT_WINDOW
     max_search_results: int = 50     # WebShop's SEARCH_RETURN_N
-    title_match: str = "words"       # title terms of the type match: words | spacy_nouns (WebShop's)
+    title_match: str = "nouns"       # title terms of the type match: nouns | words | spacy_nouns (WebShop's)
     # The original WebShop data, when the user has it (empty: the shipped catalog).
     products_file: str = ""          # items_shuffle*.json
     attributes_file: str = ""        # items_ins_v2*.json: product attributes, synthetic goals

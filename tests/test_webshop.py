@@ -18,7 +18,8 @@ from envs.webshop_catalog import (
     load_original_catalog, parse_pricing,
 )
 from envs.webshop_reward import (
-    attribute_matches, fuzzy_score, normalize_color, option_matches, purchase_score, type_score,
+    attribute_matches, fuzzy_score, noun_terms, normalize_color, option_matches, purchase_score, type_score,
+    word_terms,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -117,6 +118,62 @@ def test_attribute_and_option_matching_follow_webshops_own_cases():
     # thefuzz's rounding: 85.71 rounds to 86 > 85; colours reduce to their first colour word
     assert fuzzy_score("machine wash", "machine washable") == 86
     assert normalize_color("navy blue") == "blue" and normalize_color("wine red") == "red"
+
+
+# spaCy's NOUN/PROPN tokens, as WebShop's get_type_reward keeps them, from en_core_web_sm 3.8.0
+# (spaCy 3.8.18) run on each title: the reference for the model-free default.
+SPACY_NOUNS = {
+    "red leather handbag": ["leather", "handbag"],
+    "red running shoes": ["running", "shoes"],
+    "men's running shoes": ["men", "running", "shoes"],
+    "blue denim jacket": ["denim", "jacket"],
+    "wireless bluetooth headphones": ["wireless", "headphones"],
+    "stainless steel water bottle": ["steel", "water", "bottle"],
+    "organic green tea": ["tea"],
+    "Women's Leather Handbag, Red": ["women", "leather", "handbag", "red"],
+}
+
+
+def test_default_title_rule_fails_the_wrong_type_as_webshop_does():
+    # Issue 15: WebShop scores red running shoes bought for a red leather handbag 0.0 (no shared noun).
+    goal = Goal(asin="X", instruction_text="", attributes=("red",), goal_options=(), price_upper=100.0,
+                name="red leather handbag", query="handbag", product_category="Bags › Handbags › Totes")
+    shoes = product("Y", "red running shoes", "shoes", "Shoes › Running › Road", ["red"], price=10.0)
+    assert noun_terms("red leather handbag") == ["leather", "handbag"]
+    assert type_score(shoes, goal)[0] == 0.0 and purchase_score(shoes, goal, 10.0, {}).total == 0.0
+    assert type_score(shoes, goal, word_terms)[0] == 1.0  # the old "words" rule: "red" is 1/3 > 0.2
+
+
+@pytest.mark.parametrize("goal_title", sorted(SPACY_NOUNS))
+def test_default_title_rule_gives_spacys_r_type_on_reference_titles(goal_title):
+    goal = Goal(asin="X", instruction_text="", attributes=(), goal_options=(), price_upper=1.0,
+                name=goal_title, query="goal query", product_category="G1 › G2 › G3")
+    for bought_title in SPACY_NOUNS:
+        bought = product("Y", bought_title, "other query", "P1 › P2 › P3")
+        expected = type_score(bought, goal, lambda title: SPACY_NOUNS[title])
+        assert type_score(bought, goal) == expected, bought_title
+
+
+def test_spacy_noun_mode_matches_the_reference_when_spacy_is_installed():
+    spacy = pytest.importorskip("spacy")
+    try:
+        spacy.load("en_core_web_sm")
+    except OSError:
+        pytest.skip("en_core_web_sm is not installed")
+    from envs.webshop_reward import spacy_noun_terms
+    for title, nouns in SPACY_NOUNS.items():
+        assert spacy_noun_terms(title) == nouns
+
+
+@pytest.mark.parametrize("a, b, reference", [
+    # thefuzz 0.22.1 token_set_ratio (force_ascii drops only chr(128)..chr(255)):
+    ("łódź", "odz", 33),           # ł and ź are kept (outside Latin-1); ó is dropped
+    ("café crème", "cafe creme", 89),
+    ("naïve ☃ snow", "naive snow", 95),
+    ("€ 5 coupon", "5 coupon", 100),
+])
+def test_fuzzy_score_drops_only_latin1_high_characters_as_thefuzz(a, b, reference):
+    assert fuzzy_score(a, b) == reference
 
 
 # --- the env on the tiny catalog -----------------------------------------------------------------
