@@ -65,8 +65,8 @@ class Case:
     x86_only: bool = False
 
 
-def hostile_cases(h: Host) -> list[Case]:
-    total_guard = memory.available() is not None
+def hostile_cases(h: Host, total_guard: bool | None = None) -> list[Case]:
+    total_guard = memory.available() is not None if total_guard is None else total_guard
     head = "import ctypes, os, socket, sys\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
     cases = [
         Case("io_uring_cannot_be_set_up", """
@@ -249,8 +249,8 @@ def hostile_cases(h: Host) -> list[Case]:
                 except (OSError, ValueError):
                     print('kept', limit)
             try:
-                resource.prlimit(1, resource.RLIMIT_AS, (resource.RLIM_INFINITY,) * 2)
-                print('ESCAPED raised the reaper')
+                resource.prlimit(1, resource.RLIMIT_CPU, (1, 1))  # the reaper would die before reporting
+                print('ESCAPED limited the reaper')
             except OSError as error:
                 print('reaper kept', error.errno)""", ("ok",), ("kept 9", "reaper kept")),
         Case("no_shell_but_python_runs", """
@@ -416,3 +416,66 @@ def test_both_memory_guards_refuse_shared_memory_hoards():
         result = run_python(case.program, limits=ROOMY, memory_guard=guard)
         judge(case, result.verdict, result.stdout, result.stderr)
         assert result.memory_guard == ("rlimits" if guard == "rlimits" else memory.available())
+
+
+# --- the same attacks as an unprivileged user (user-namespace mode) -----------------------------
+
+UNPRIVILEGED = 65534
+DRIVER = r"""
+import importlib.util, json, os, sys
+repo, cases = sys.argv[1], json.load(sys.stdin)
+spec = importlib.util.spec_from_file_location("sandbox_alone", os.path.join(repo, "envs", "sandbox", "__init__.py"),
+                                              submodule_search_locations=[os.path.join(repo, "envs", "sandbox")])
+box = importlib.util.module_from_spec(spec)
+sys.modules["sandbox_alone"] = box
+spec.loader.exec_module(box)
+limits = box.SandboxLimits(cpu_seconds=2, wall_seconds=15)
+out = []
+for program, stdin in cases:
+    r = box.run_python(program, stdin, limits)
+    out.append([r.verdict, r.message, r.stdout, r.stderr, r.mode, r.memory_guard])
+print(json.dumps(out))
+"""
+
+
+def _unprivileged_python() -> str | None:
+    """An interpreter the unprivileged uid can run (this one may live under root's home)."""
+    for candidate in (os.path.realpath(sys.executable), "/usr/bin/python3", "/usr/local/bin/python3"):
+        try:
+            done = subprocess.run([candidate, "-I", "-S", "-c", "import ctypes"], user=UNPRIVILEGED,
+                                  group=UNPRIVILEGED, extra_groups=[], capture_output=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            continue
+        if done.returncode == 0:
+            return candidate
+    return None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching to an unprivileged uid needs root")
+def test_unprivileged_user_namespace_mode(host):
+    """As uid 65534 with the socket's group among its groups (the docker.sock situation)."""
+    python = _unprivileged_python()
+    if python is None:
+        pytest.skip("no interpreter the unprivileged uid may run")
+    unshare = "import ctypes, sys; sys.exit(ctypes.CDLL(None).unshare(0x10000000) != 0)"  # CLONE_NEWUSER
+    probe = subprocess.run([python, "-I", "-S", "-c", unshare], user=UNPRIVILEGED,
+                           group=UNPRIVILEGED, capture_output=True, timeout=30)
+    if probe.returncode != 0:
+        pytest.skip("this kernel refuses unprivileged user namespaces")
+    cases = hostile_cases(host, total_guard=False)
+    done = subprocess.run([python, "-I", "-S", "-c", DRIVER, str(REPO)], input=json.dumps([[c.program, c.stdin]
+                          for c in cases]), user=UNPRIVILEGED, group=UNPRIVILEGED, extra_groups=[GROUP],
+                          capture_output=True, text=True, timeout=600, cwd="/")
+    assert done.returncode == 0, done.stderr[-2000:]
+    for case, (verdict, message, stdout, stderr, mode, guard) in zip(cases, json.loads(done.stdout)):
+        assert (mode, guard) == ("userns", "rlimits"), (case.name, verdict, message)
+        if case.name == "supplementary_groups_are_gone":
+            # An unprivileged process cannot drop them (the kernel denies setgroups in a user
+            # namespace it mapped itself); they map to the overflow gid and reach nothing: the
+            # group-owned socket is absent from the root (host_unix_socket_files).
+            assert verdict == "ok" and "groups" in stdout
+            continue
+        if case.name == "proc_shows_only_the_run" and "pids []" in stdout:
+            case.required = ("sysctl refused", "no /sys")  # /proc refused in this user namespace: none at all
+        judge(case, verdict, stdout, stderr)
+    assert_host_untouched(host)

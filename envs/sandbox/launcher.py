@@ -153,6 +153,7 @@ def seccomp_program(shm_allowed):
         ("nr", LD, 0, None, None), (None, JGE, 0x40000000, "enosys", None),  # x32 ABI
         (None, JEQ, SYS["clone3"], "enosys", None), (None, JEQ, SYS["socket"], "socket", None),
         (None, JEQ, SYS["socketpair"], "pair", None), (None, JEQ, SYS["clone"], "clone", None),
+        (None, JEQ, SYS["prlimit64"], "prlimit", None),
         (None, JA, "chain", None, None),
         ("enosys", RET, ENOSYS, None, None),
         ("socket", LD, 16, None, None), (None, JEQ, 2, "ok1", None), (None, JEQ, 10, "ok1", None),  # INET, INET6
@@ -162,6 +163,8 @@ def seccomp_program(shm_allowed):
         ("ok2", RET, ALLOW, None, None),
         ("clone", LD, 16, None, None), (None, JSET, CLONE_NEW_ANY, "no3", None), (None, RET, ALLOW, None, None),
         ("no3", RET, EPERM, None, None),
+        ("prlimit", LD, 16, None, None), (None, JEQ, 0, "ok4", None), (None, RET, EPERM, None, None),  # pid 0: itself
+        ("ok4", RET, ALLOW, None, None),
     ]
     code[len(code):] = [("chain" if i == 0 else None, JEQ, n, None, "+1") for i, n in enumerate(allow)]
     # Each allowed number: "if equal, fall through to RET ALLOW, else skip it": no long jumps.
@@ -205,9 +208,12 @@ def install_seccomp(shm_allowed):
 
 def drop_privileges(shm_limited):
     L = C["limits"]
+    # RLIMIT_NPROC counts per uid within a user namespace (Linux >= 5.14): in userns mode the
+    # launcher and the reaper share the program's uid there, so they are added.
+    nproc = L["nproc"] + (2 if USERNS else 0)
     for limit, value in ((resource.RLIMIT_CORE, (0, 0)), (resource.RLIMIT_CPU, (L["cpu"], L["cpu"] + 1)),
                          (resource.RLIMIT_AS, (L["memory"],) * 2), (resource.RLIMIT_FSIZE, (L["fsize"],) * 2),
-                         (resource.RLIMIT_NOFILE, (L["nofile"],) * 2), (resource.RLIMIT_NPROC, (L["nproc"],) * 2)):
+                         (resource.RLIMIT_NOFILE, (L["nofile"],) * 2), (resource.RLIMIT_NPROC, (nproc,) * 2)):
         resource.setrlimit(limit, value)
     try:
         write("/proc/self/oom_score_adj", "1000")  # under memory pressure the program goes first

@@ -10,7 +10,8 @@ checks them in BPF): socket() for AF_INET / AF_INET6 only (the network namespace
 route out; AF_UNIX could reach a socket file or, through a datagram socket, any host
 listener), socketpair() for AF_UNIX SOCK_STREAM only (asyncio's and multiprocessing's
 self-pipes: a connected stream pair cannot be pointed elsewhere), clone() without any
-CLONE_NEW* flag. clone3 hides its flags in memory, so it gets ENOSYS and libc falls back
+CLONE_NEW* flag, prlimit64() on the caller itself only (in user-namespace mode the reaper
+shares the program's uid, and lowering its limits would end the run unreported). clone3 hides its flags in memory, so it gets ENOSYS and libc falls back
 to clone. Numbers are from the kernel's asm/unistd_64.h (x86_64) and asm-generic/unistd.h
 (aarch64).
 """
@@ -35,7 +36,7 @@ ALLOWED = {
     'llistxattr': 195, 'lseek': 8, 'lstat': 6, 'madvise': 28, 'mincore': 27, 'mkdir': 83, 'mkdirat': 258,
     'mmap': 9, 'mprotect': 10, 'mremap': 25, 'msync': 26, 'munmap': 11, 'nanosleep': 35, 'newfstatat': 262,
     'open': 2, 'openat': 257, 'pause': 34, 'pipe': 22, 'pipe2': 293, 'poll': 7, 'ppoll': 271, 'prctl': 157,
-    'pread64': 17, 'preadv': 295, 'preadv2': 327, 'prlimit64': 302, 'pselect6': 270, 'pwrite64': 18,
+    'pread64': 17, 'preadv': 295, 'preadv2': 327, 'pselect6': 270, 'pwrite64': 18,
     'pwritev': 296, 'pwritev2': 328, 'read': 0, 'readahead': 187, 'readlink': 89, 'readlinkat': 267,
     'readv': 19, 'recvfrom': 45, 'recvmmsg': 299, 'recvmsg': 47, 'rename': 82, 'renameat': 264,
     'renameat2': 316, 'restart_syscall': 219, 'rmdir': 84, 'rseq': 334, 'rt_sigaction': 13,
@@ -69,7 +70,7 @@ ALLOWED = {
     'listxattr': 11, 'llistxattr': 12, 'lseek': 62, 'madvise': 233, 'mincore': 232, 'mkdirat': 34, 'mmap': 222,
     'mprotect': 226, 'mremap': 216, 'msync': 227, 'munmap': 215, 'nanosleep': 101, 'newfstatat': 79,
     'openat': 56, 'pipe2': 59, 'ppoll': 73, 'prctl': 167, 'pread64': 67, 'preadv': 69, 'preadv2': 286,
-    'prlimit64': 261, 'pselect6': 72, 'pwrite64': 68, 'pwritev': 70, 'pwritev2': 287, 'read': 63,
+    'pselect6': 72, 'pwrite64': 68, 'pwritev': 70, 'pwritev2': 287, 'read': 63,
     'readahead': 213, 'readlinkat': 78, 'readv': 65, 'recvfrom': 207, 'recvmmsg': 243, 'recvmsg': 212,
     'renameat': 38, 'renameat2': 276, 'restart_syscall': 128, 'rseq': 293, 'rt_sigaction': 134,
     'rt_sigpending': 136, 'rt_sigprocmask': 135, 'rt_sigqueueinfo': 138, 'rt_sigreturn': 139,
@@ -87,12 +88,12 @@ ALLOWED = {
 }
 # Checked on their arguments, or needed by the launcher before the filter is installed.
 SPECIAL = {
-    "x86_64": {'socket': 41, 'socketpair': 53, 'clone': 56, 'clone3': 435, 'pivot_root': 155, 'mount_setattr': 442, 'keyctl': 250, 'umount2': 166, 'mount': 165, 'setgroups': 116},
-    "aarch64": {'socket': 198, 'socketpair': 199, 'clone': 220, 'clone3': 435, 'pivot_root': 41, 'mount_setattr': 442, 'keyctl': 219, 'umount2': 39, 'mount': 40, 'setgroups': 159},
+    "x86_64": {'socket': 41, 'socketpair': 53, 'clone': 56, 'clone3': 435, 'pivot_root': 155, 'mount_setattr': 442, 'keyctl': 250, 'umount2': 166, 'mount': 165, 'setgroups': 116, 'prlimit64': 302},
+    "aarch64": {'socket': 198, 'socketpair': 199, 'clone': 220, 'clone3': 435, 'pivot_root': 41, 'mount_setattr': 442, 'keyctl': 219, 'umount2': 39, 'mount': 40, 'setgroups': 159, 'prlimit64': 261},
 }
 # AUDIT_ARCH_* values: a call made through another ABI (x32, ia32) is killed.
 AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
-CONDITIONAL = ("socket", "socketpair", "clone", "clone3")
+CONDITIONAL = ("socket", "socketpair", "clone", "clone3", "prlimit64")
 
 
 def policy(machine: str) -> dict:
