@@ -50,6 +50,11 @@ PANELS = (
 ALERT_COLOURS = {"template_collapse": "tab:red", "reward_std_cliff": "tab:orange", "grad_norm_spike": "tab:purple"}
 GRAD_KEY = re.compile(r"^grad/(bucket_\d+|all)/(.+)$")
 COMPONENTS = ("task", "entropy", "kl")
+# what each bar shows: the task norm beside the regularisers' norms times their coefficients
+# (what each term adds to the update, as RAGEN-2 logs them); the unscaled ones go in the table
+PLOTTED = (("task", "task_norm", "‖g_task‖"), ("entropy", "entropy_scaled_norm", "‖entropy_coef · g_entropy‖"),
+           ("kl", "kl_scaled_norm", "‖kl_coef · g_kl‖"))
+COEFFICIENT_KEYS = {"entropy": ("entropy_coef", 0.001), "kl": ("kl_coef", 0.0)}  # ragen2.config's defaults
 
 
 @dataclass
@@ -160,6 +165,19 @@ def grad_decomposition(rows: list[dict]) -> dict[int, dict[str, dict[str, float]
     return out
 
 
+def with_scaled_norms(grad: dict, config: dict) -> dict:
+    """Fill `entropy_scaled_norm` / `kl_scaled_norm` from the unscaled norm and the run's
+    coefficient where a run predates them (logged ones are kept as they are)."""
+    algo = (config or {}).get("algo") or {}
+    for buckets in grad.values():
+        for values in buckets.values():
+            for component, (key, default) in COEFFICIENT_KEYS.items():
+                coef = number(algo.get(key, default))
+                if f"{component}_scaled_norm" not in values and f"{component}_norm" in values and coef is not None:
+                    values[f"{component}_scaled_norm"] = abs(coef) * values[f"{component}_norm"]
+    return grad
+
+
 def series_summary(rows: list[dict]) -> dict[str, dict]:
     out = {}
     for _, keys in PANELS:
@@ -231,22 +249,23 @@ def plot_series(rows: list[dict], alerts: list[dict]) -> bytes:
 
 
 def plot_grad(grad: dict, max_steps: int = 3) -> bytes:
-    """Component norms per bucket (bars, log scale) for the last `max_steps` decomposed steps."""
+    """Per bucket, ‖g_task‖ beside the entropy and KL norms times their coefficients (bars, log
+    scale when they span orders of magnitude) for the last `max_steps` decomposed steps."""
     plt = _pyplot()
     steps = sorted(grad)[-max_steps:]
     figure, axes = plt.subplots(1, len(steps), figsize=(5.2 * len(steps), 4.2), constrained_layout=True,
                                 squeeze=False)
     for axis, step in zip(axes[0], steps):
         buckets = sorted((b for b in grad[step] if b != "all"), key=lambda b: int(b.split("_")[1])) + ["all"]
-        components = [c for c in COMPONENTS if any(f"{c}_norm" in grad[step].get(b, {}) for b in buckets)]
+        components = [(key, label) for _, key, label in PLOTTED if any(key in grad[step].get(b, {}) for b in buckets)]
         width = 0.8 / max(1, len(components))
-        positive = [v for b in buckets for c in components if (v := grad[step].get(b, {}).get(f"{c}_norm", 0.0)) > 0]
+        positive = [v for b in buckets for key, _ in components if (v := grad[step].get(b, {}).get(key, 0.0)) > 0]
         # log scale only when the norms span orders of magnitude (entropy vs task often do)
         log_scale = len(positive) > 1 and max(positive) / min(positive) > 100
-        for k, component in enumerate(components):
-            heights = [grad[step].get(b, {}).get(f"{component}_norm", 0.0) for b in buckets]
+        for k, (key, label) in enumerate(components):
+            heights = [grad[step].get(b, {}).get(key, 0.0) for b in buckets]
             xs = [i + k * width for i in range(len(buckets))]
-            axis.bar(xs, heights, width, label=f"‖g_{component}‖")
+            axis.bar(xs, heights, width, label=label)
             for x, height in zip(xs, heights):
                 if height == 0:  # an exact zero is a finding (no spread, or policy = reference)
                     axis.annotate("0", (x, 0), xytext=(0, 2), textcoords="offset points", ha="center", fontsize=7)
@@ -254,7 +273,7 @@ def plot_grad(grad: dict, max_steps: int = 3) -> bytes:
         axis.set_xticks([i + width * (len(components) - 1) / 2 for i in range(len(buckets))], labels, fontsize=7)
         if log_scale:
             axis.set_yscale("symlog", linthresh=min(positive))
-        axis.set_title(f"step {step}: gradient norms by reward-std bucket", fontsize=9)
+        axis.set_title(f"step {step}: gradient norms in the update, by reward-std bucket", fontsize=9)
         axis.legend(fontsize=7)
     return _png(figure)
 
@@ -311,7 +330,7 @@ def _img(png: bytes, alt: str) -> str:
 def summarise(record: RunRecord, target: str = SUCCESS_KEY) -> dict:
     """The JSON summary (also the data behind the HTML)."""
     cfg = record.config
-    grad = grad_decomposition(record.rows)
+    grad = with_scaled_norms(grad_decomposition(record.rows), record.config)
     return {
         "run_dir": str(record.run_dir),
         "steps": len(record.rows),
@@ -354,11 +373,15 @@ def render_html(summary: dict, images: dict[str, bytes]) -> str:
         parts += [_img(images["grad"], "gradient norms by bucket"), _img(images["bound"], "task norm vs reward std")]
         last_step = list(grad)[-1]
         buckets = grad[last_step]
-        keys = ["reward_std_mean", "num_groups", "num_tokens", "task_norm", "entropy_norm", "kl_norm", "total_norm",
-                "task_norm_per_token", "cos_task_entropy", "cos_task_kl"]
+        keys = ["reward_std_mean", "num_groups", "num_tokens", "task_norm", "entropy_scaled_norm", "kl_scaled_norm",
+                "total_norm", "entropy_norm", "kl_norm", "task_norm_per_token", "cos_task_entropy", "cos_task_kl"]
         order = sorted((b for b in buckets if b != "all"), key=lambda b: int(b.split("_")[1])) + ["all"]
         parts.append(f"<p>Step {last_step}:</p>")
         parts.append(_table(["bucket", *keys], [[b, *[buckets.get(b, {}).get(k) for k in keys]] for b in order]))
+        parts.append("<p class='note'><code>*_scaled_norm</code> is the norm times its coefficient in the loss "
+                     "(entropy_coef, kl_coef): what the term adds to the update, and what sits beside "
+                     "<code>task_norm</code> in the plot (RAGEN-2 logs these). <code>entropy_norm</code> and "
+                     "<code>kl_norm</code> are the unscaled gradients of the terms.</p>")
         bound = summary["bound"]
         parts.append(f"<p class='note'>Largest ‖g_task‖ / √Var(R|x) over buckets with spread: C ≈ "
                      f"{_fmt(bound['C_max'])}; largest ‖g_task‖ in zero-spread buckets: "
@@ -376,7 +399,7 @@ def build_report(run_dir: Path, out_dir: Path | None = None, target: str = SUCCE
     out_dir = Path(out_dir) if out_dir is not None else Path(run_dir) / "audit"
     out_dir.mkdir(parents=True, exist_ok=True)
     summary = summarise(record, target)
-    grad = grad_decomposition(record.rows)
+    grad = with_scaled_norms(grad_decomposition(record.rows), record.config)
     images = {"series": plot_series(record.rows, summary["alerts"])}
     if grad:
         images.update(grad=plot_grad(grad), bound=plot_bound(grad))

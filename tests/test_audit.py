@@ -198,6 +198,8 @@ def test_audit_report_numbers_html_and_json(fixture_run, tmp_path, capsys):
     # 4, 5, 6, entropy steady); the spike only logged. No reward-std cliff: min 0.2 >= 0.25 x 0.5.
     assert alerts == [("grad_norm_spike", 2, "logged"), ("template_collapse", 6, "logged+replayed")]
     assert summary["grad_decomposition"]["5"]["bucket_2"]["task_norm"] == 0.8
+    # a run without *_scaled_norm gets them from its coefficient (grpo here: entropy_coef default 0.001)
+    assert summary["grad_decomposition"]["5"]["bucket_2"]["entropy_scaled_norm"] == pytest.approx(0.002)
     assert summary["bound"] == {"num_buckets": 2, "C_max": pytest.approx(1.6),
                                 "task_norm_in_zero_std_buckets_max": 0.01}
     page = (out / "report.html").read_text()
@@ -205,6 +207,32 @@ def test_audit_report_numbers_html_and_json(fixture_run, tmp_path, capsys):
     assert "Spearman" in page and "template_collapse" in page
     for name in ("series", "grad", "bound"):
         assert (out / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_grad_plot_puts_the_scaled_regularisers_beside_the_task_norm(monkeypatch):
+    from matplotlib.axes import Axes
+
+    from ragen2 import audit_report
+
+    bars = {}
+    real_bar = Axes.bar
+
+    def capture(self, xs, heights, width, label=None, **kwargs):
+        bars[label] = list(heights)
+        return real_bar(self, xs, heights, width, label=label, **kwargs)
+
+    monkeypatch.setattr(Axes, "bar", capture)
+    # entropy_coef 0.01: the unscaled norm 3.0 would tower over the task norm 0.5; what the
+    # update adds is 0.03. A logged scaled norm is kept, not recomputed.
+    grad = {4: {"bucket_1": {"task_norm": 0.5, "entropy_norm": 3.0, "reward_std_mean": 0.1},
+                "all": {"task_norm": 0.4, "entropy_norm": 2.0, "entropy_scaled_norm": 0.025, "reward_std_mean": 0.1}}}
+    grad = audit_report.with_scaled_norms(grad, {"algo": {"entropy_coef": 0.01, "kl_coef": 0.0}})
+    assert grad[4]["bucket_1"]["entropy_scaled_norm"] == pytest.approx(0.03)
+    assert grad[4]["all"]["entropy_scaled_norm"] == 0.025
+    assert audit_report.plot_grad(grad)[:8] == b"\x89PNG\r\n\x1a\n"
+    assert bars["‖g_task‖"] == [0.5, 0.4]
+    assert bars["‖entropy_coef · g_entropy‖"] == pytest.approx([0.03, 0.025])
+    assert set(bars) == {"‖g_task‖", "‖entropy_coef · g_entropy‖"}  # no KL term logged: no KL bars
 
 
 def test_audit_of_a_run_without_grad_metrics_and_bad_input(fixture_run, tmp_path, capsys):
