@@ -337,3 +337,16 @@ def test_defaults_are_ragen2s_dual_clip_3_and_value_clip_0_5():
     plain, _ = ppo_clip_policy_loss(lp, old, adv, mask, algo.clip_low, algo.clip_high, None)
     assert default.item() == pytest.approx(6.0) and plain.item() == pytest.approx(2 * math.exp(1.5))
     assert Config(algo={"dual_clip": None}).algo.dual_clip is None  # the option for plain PPO
+
+
+@pytest.mark.parametrize("preset, advantage, loss_agg", [
+    ("ppo", "gae", "token-mean"), ("ragen2-dapo", "gae", "token-mean"),
+    ("ragen2-grpo", "grpo", "seq-mean-token-mean"), ("ragen2-dr-grpo", "dr_grpo", "seq-mean-token-sum")])
+def test_main_table_algo_presets_are_ragen2s(preset, advantage, loss_agg):
+    # RAGEN-2's run_main_table_diff_algo.sh: every algo on base.yaml's clip 0.2/0.28, entropy
+    # 0.001, use_kl_loss=False, veRL's dual clip 3; PPO and DAPO with a critic (gae).
+    from ragen2.config import load_config
+
+    algo = load_config(algo=preset).algo
+    assert (algo.advantage, algo.loss_agg) == (advantage, loss_agg)
+    assert (algo.clip_low, algo.clip_high, algo.kl_coef, algo.entropy_coef, algo.dual_clip) == (0.2, 0.28, 0.0, 0.001, 3.0)
