@@ -18,7 +18,7 @@ from ragen2.rollout import (
 from ragen2.rollout.generation import sample_tokens
 from ragen2.rollout.tiny import ScriptedPolicy, tiny_llama, tiny_tokenizer
 
-torch.set_num_threads(1)
+pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: threads cost more than they save
 GEN_PROMPT = "<|im_start|>assistant\n"
 
 
@@ -87,7 +87,7 @@ def test_identical_prompts_are_prefilled_once_and_then_sampled_apart(tok, llama)
     hook = llama.register_forward_pre_hook(lambda _m, _a, kwargs: shapes.append(tuple(kwargs["input_ids"].shape)),
                                            with_kwargs=True)
     try:
-        batched = generate(llama, prompts, **greedy_kwargs(tok))
+        batched = generate(llama, prompts, backend="hf", **greedy_kwargs(tok))  # the model's own forward
     finally:
         hook.remove()
     assert shapes[0] == (2, len(prompts[1]))  # the prefill: 2 distinct prompts, padded to the longest

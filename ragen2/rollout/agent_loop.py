@@ -30,7 +30,8 @@ from envs.parsing import ANSWER_OPEN, THINK_OPEN
 from envs.prompt import first_turn_messages, reward_message, turn_message
 from ragen2.rollout.batch import RolloutBatch, RowRecord, TrajectoryRecord
 from ragen2.rollout.chat import ChatFormat, TokenTrajectory, reasoning_span, reply_text
-from ragen2.rollout.generation import generate
+from ragen2.rollout.generation import BACKENDS, generate, use_fast_backend
+from ragen2.rollout.session import GenerationSession
 
 CONTEXT_MODES = ("full", "window")
 
@@ -55,6 +56,9 @@ class RolloutConfig:
     # for answer-only envs): the model continues from inside the format instead of having
     # to start it, which a 135M model rarely does unprompted.
     prefill_tag: bool = True
+    # "auto": our own forward with a KV cache kept across turns (Llama-family models), else
+    # the model's forward re-reading each prompt; "hf" forces the latter.
+    backend: str = "auto"
 
     def __post_init__(self) -> None:
         for name in ("group_size", "max_turns", "max_new_tokens", "window_turns", "max_context_tokens"):
@@ -71,6 +75,8 @@ class RolloutConfig:
                 isinstance(self.max_response_words, bool) or not isinstance(self.max_response_words, int)
                 or self.max_response_words < 1):
             raise RolloutConfigError(f"max_response_words must be None or an int >= 1, got {self.max_response_words!r}")
+        if self.backend not in BACKENDS:
+            raise RolloutConfigError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
         if self.max_new_tokens >= self.max_context_tokens:
             raise RolloutConfigError(f"max_new_tokens ({self.max_new_tokens}) must be below "
                                      f"max_context_tokens ({self.max_context_tokens}): no room for a prompt")
@@ -194,8 +200,14 @@ class _Episode:
 
 
 def rollout(model, tokenizer, env_factory: Callable[[], object], seeds: Sequence[int], config: RolloutConfig,
-            generator: torch.Generator | None = None) -> RolloutBatch:
-    """Roll out len(seeds) groups of config.group_size episodes; see the module doc."""
+            generator: torch.Generator | None = None, progress=None) -> RolloutBatch:
+    """Roll out len(seeds) groups of config.group_size episodes; see the module doc.
+
+    With the fast backend one GenerationSession serves every turn: each episode keeps its KV
+    cache, so turn k feeds only the tokens added since turn k-1 (the reply's last token, the
+    env's reward and next state). `progress(turn, max_turns, live, tokens)` is called as
+    tokens are sampled (ragen2.progress draws it).
+    """
     if not seeds:
         raise ValueError("rollout needs at least one seed (one per group)")
     chat = ChatFormat(tokenizer)
@@ -205,6 +217,10 @@ def rollout(model, tokenizer, env_factory: Callable[[], object], seeds: Sequence
             record = TrajectoryRecord(group=g, member=member, seed=int(seed))
             episodes.append(_Episode(env_factory(), record, chat, config, index=len(episodes)))
     eos_ids, pad_id = eos_token_ids(model, tokenizer), pad_token_id(tokenizer)
+    sampling = dict(temperature=config.temperature, top_p=config.top_p, stop_strings=config.stop_strings,
+                    eos_token_ids=eos_ids, pad_token_id=pad_id, tokenizer=tokenizer, generator=generator)
+    session = GenerationSession(model, **sampling) if use_fast_backend(model, config.backend) else None
+    turn, sampled_before = 0, 0
 
     while True:
         live, prompts = [], []
@@ -222,11 +238,23 @@ def rollout(model, tokenizer, env_factory: Callable[[], object], seeds: Sequence
                 continue
             live.append(episode)
             prompts.append(prompt)
+        if session is not None:  # ended episodes free their cache rows
+            session.release([e.index for e in episodes if e.done])
         if not live:
             break
-        results = generate(model, prompts, max_new_tokens=config.max_new_tokens, temperature=config.temperature,
-                           top_p=config.top_p, stop_strings=config.stop_strings, eos_token_ids=eos_ids,
-                           pad_token_id=pad_id, tokenizer=tokenizer, generator=generator)
+        turn += 1
+
+        def on_step(rows: int, tokens: int, turn=turn, base=sampled_before) -> None:
+            progress(turn, config.max_turns, rows, base + tokens)
+
+        if session is not None:
+            results = session.generate([e.index for e in live], prompts, max_new_tokens=config.max_new_tokens,
+                                       on_step=on_step if progress is not None else None)
+        else:
+            results = generate(model, prompts, max_new_tokens=config.max_new_tokens, backend="hf", **sampling)
+        sampled_before += sum(len(r.token_ids) for r in results)
+        if progress is not None:
+            progress(turn, config.max_turns, 0, sampled_before)
         for episode, prompt, result in zip(live, prompts, results):
             episode.take_turn(list(prompt), result.token_ids, result.logprobs, result.finish_reason)
 
@@ -246,9 +274,9 @@ def group_pass_rate(trajectories: Sequence[TrajectoryRecord]) -> float:
 
 
 def evaluate(model, tokenizer, env_factory: Callable[[], object], seeds: Sequence[int], config: RolloutConfig,
-             generator: torch.Generator | None = None) -> dict[str, float]:
+             generator: torch.Generator | None = None, progress=None) -> dict[str, float]:
     """Validation: success rate over all episodes and pass@G (a group passes if any member succeeds)."""
-    batch = rollout(model, tokenizer, env_factory, seeds, config, generator)
+    batch = rollout(model, tokenizer, env_factory, seeds, config, generator, progress=progress)
     metrics = batch.metrics(prefix="val/")
     return {
         "val/success_rate": metrics["val/success_rate"],

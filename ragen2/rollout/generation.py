@@ -36,6 +36,19 @@ except ImportError:  # pragma: no cover - another transformers layout
     DynamicLayer = None
 
 FINISH_REASONS = ("stop", "eos", "length")
+BACKENDS = ("auto", "fast", "hf")
+
+
+def use_fast_backend(model, backend: str) -> bool:
+    """Whether `backend` means our own forward for this model ("fast" on an unsupported model is an error)."""
+    from ragen2.rollout import fast_decoder
+
+    if backend == "hf":
+        return False
+    if backend == "fast" and not fast_decoder.supports(model):
+        raise ValueError(f"backend 'fast' runs {fast_decoder.SUPPORTED} models, not {type(model).__name__}; "
+                         "use backend='hf' or 'auto'")
+    return fast_decoder.supports(model)
 
 
 @dataclass
@@ -151,13 +164,26 @@ class _StopChecker:
 def generate(model, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, temperature: float = 1.0,
              top_p: float = 1.0, stop_strings: Sequence[str] = ("</answer>",),
              eos_token_ids: Sequence[int] = (), pad_token_id: int = 0, tokenizer=None,
-             generator: torch.Generator | None = None, shrink_batch: bool = True) -> list[GenerationResult]:
+             generator: torch.Generator | None = None, shrink_batch: bool = True,
+             backend: str = "auto") -> list[GenerationResult]:
     """Sample a continuation of every prompt in one batch; results in prompt order.
 
-    `shrink_batch=False` keeps finished rows in the batch (fed pad tokens, results ignored):
-    slower, kept to measure the gain and as a fallback for caches without batch selection.
+    backend: "fast" runs Llama-family models through session.GenerationSession (our own
+    forward over a preallocated cache, see fast_decoder.py); "hf" runs the model's own forward
+    with the loop below (any causal LM, test stand-ins); "auto" picks "fast" where it applies.
+    `shrink_batch=False` (hf only) keeps finished rows in the batch (fed pad tokens, results
+    ignored): slower, kept to measure the gain and as a fallback for caches without batch selection.
     """
     _check_args(prompts, max_new_tokens, temperature, top_p, stop_strings, tokenizer)
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if use_fast_backend(model, backend) and shrink_batch:
+        from ragen2.rollout.session import GenerationSession
+
+        session = GenerationSession(model, temperature=temperature, top_p=top_p, stop_strings=stop_strings,
+                                    eos_token_ids=eos_token_ids, pad_token_id=pad_token_id, tokenizer=tokenizer,
+                                    generator=generator)
+        return session.generate(range(len(prompts)), prompts, max_new_tokens=max_new_tokens)
     was_training = model.training
     model.eval()  # no dropout while sampling
     try:
