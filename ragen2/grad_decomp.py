@@ -10,7 +10,7 @@ builds them (same log-probs, clip ranges, aggregation and token/sequence totals)
 
     g_task - entropy_coef * g_entropy + kl_coef * g_kl  =  gradient of the update's loss
 
-(before `filter_loss_scaling`, which scales every term alike). Each norm is logged unscaled
+(`filter_loss_scaling` would multiply g_task alone: it scales the advantages). Each norm is logged unscaled
 (`entropy_norm`) and times its coefficient (`entropy_scaled_norm`, RAGEN-2's
 `grad_norm/<bucket>/entropy`): the scaled one is what sits beside `task_norm` in the update.
 The `all` bucket is the weighted sum of the buckets: with the loss aggregated over fixed

@@ -181,6 +181,27 @@ def test_components_add_up_to_the_update_gradient(policy, loss_agg, kl_coef):
         assert torch.equal(p, q) and p.grad is None
 
 
+def test_filter_loss_scaling_scales_the_advantages_not_the_regularisers(policy):
+    # RAGEN-2 multiplies the advantages by the kept fraction (linear) or its root (sqrt): the
+    # update's gradient is s * g_task - entropy_coef * g_entropy + kl_coef * g_kl.
+    cfg = _config("token-mean", 0.1)
+    batch, data = _inputs(policy, with_ref=True)
+    whole = list(grad_decomp.iter_bucket_gradients(policy, cfg, batch, data))[-1]
+    scale = 0.25
+    expected = grad_lib.combine(whole.components, {"task": scale, "entropy": -0.05, "kl": 0.1})
+    optimizer = CapturingOptimizer(policy.parameters())
+    models = local.Models(policy, None, None, None, torch.device("cpu"))
+    local.ppo_update(models, local.Optimizers(optimizer, None), data, cfg, torch.Generator().manual_seed(0),
+                     loss_scale=scale)
+    for mine, theirs in zip(expected, optimizer.grads):
+        torch.testing.assert_close(mine, theirs, atol=1e-5, rtol=0)
+    scaled_adv = local.UpdateInputs(data.input_ids, data.attention_mask, data.response_mask, data.old_log_probs,
+                                    scale * data.advantages, data.ref_log_probs)
+    local.ppo_update(models, local.Optimizers(optimizer, None), scaled_adv, cfg, torch.Generator().manual_seed(0))
+    for mine, theirs in zip(expected, optimizer.grads):  # the same as scaling the advantages
+        torch.testing.assert_close(mine, theirs, atol=1e-5, rtol=0)
+
+
 def test_decompose_metrics_per_bucket(policy):
     cfg = _config("token-mean", 0.1)
     batch, data = _inputs(policy, with_ref=True)

@@ -186,12 +186,13 @@ def _actor_backward(policy: nn.Module, data: UpdateInputs, idx: torch.Tensor, id
         clip_low=algo.clip_low, clip_high=algo.clip_high, dual_clip=algo.dual_clip,
         agg_mode=algo.loss_agg, **totals_kw)
     entropy_term = losses.aggregate_token_loss(entropy, rmask, algo.loss_agg, **totals_kw)
-    loss = pg_loss - algo.entropy_coef * entropy_term
+    # filter_loss_scaling multiplies the advantages (RAGEN-2), so only the policy term: the
+    # clipped surrogate is linear in A, and the entropy and KL terms keep their weight
+    loss = loss_scale * pg_loss - algo.entropy_coef * entropy_term
     kl = None
     if data.ref_log_probs is not None and algo.kl_mode == "loss":
         kl = losses.kl_loss(log_probs, data.ref_log_probs[idx], rmask, algo.kl_estimator, algo.loss_agg, **totals_kw)
         loss = loss + algo.kl_coef * kl
-    loss = loss * loss_scale
     if not torch.isfinite(loss):
         return False
     loss.backward()
