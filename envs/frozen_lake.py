@@ -36,7 +36,7 @@ SYMBOL_LEGEND = "P: player, _: frozen ice, O: hole, G: goal, X: player in a hole
 
 @dataclass(frozen=True)
 class FrozenLakeConfig(EnvConfig):
-    max_actions_per_turn: int = 5
+    max_actions_per_turn: int = 2  # RAGEN-2 base.yaml agent_proxy.max_actions_per_turn
     max_actions_per_traj: int = 10
     size: int = 4  # the drawn map is size x size
     p: float = 0.9  # probability that a drawn tile is frozen (RAGEN's current default)

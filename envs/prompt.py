@@ -6,7 +6,9 @@ assistant: the model's turn
 user:   "Reward:\\n{r}\\n"  (after every assistant turn)
 
 One deliberate difference from RAGEN: the "up to N actions" line states the per-turn
-limit the parser enforces (RAGEN printed the per-trajectory budget there).
+limit the parser enforces (RAGEN printed the per-trajectory budget there). RAGEN-2 always
+ends a turn message with "Max response length: {max_tokens} words (tokens)." (100 for
+every env but WebShop's 200); here it appears when `max_response_words` is given.
 """
 
 from __future__ import annotations
@@ -45,7 +47,8 @@ def turn_message(env: TextEnv, turn: int, observation: str, *, max_response_word
     warning = NO_VALID_ACTION_WARNING if previous_turn_invalid else ""
     content = (
         f"\nTurn {turn}:\nState:\n{observation}\n{warning}"
-        f"You have {_actions(env.actions_left)} left. Always output: {answer_format} "
+        # RAGEN-2 writes "actions" whatever the count ("You have 1 actions left"): kept verbatim.
+        f"You have {env.actions_left} actions left. Always output: {answer_format} "
         f"with no extra text. Strictly follow this format."
     )
     if max_response_words is not None:

@@ -52,7 +52,7 @@ INSTRUCTION = (
 
 @dataclass(frozen=True)
 class SokobanConfig(EnvConfig):
-    max_actions_per_turn: int = 5   # RAGEN's agent default
+    max_actions_per_turn: int = 2   # RAGEN-2 base.yaml agent_proxy.max_actions_per_turn (Sokoban keeps it)
     max_actions_per_traj: int = 10
     dim_x: int = 6                  # rows (RAGEN's dim_room[0])
     dim_y: int = 6                  # columns

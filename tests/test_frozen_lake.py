@@ -54,7 +54,8 @@ def test_registered_variant_passes_the_checker(name):
 def test_registered_defaults():
     grid, coord = envs.make("FrozenLake").config, envs.make("CoordFrozenLake").config
     assert (grid.size, grid.p, grid.success_rate, grid.observation_format) == (4, 0.9, 0.8, "grid")
-    assert (grid.max_actions_per_traj, grid.max_actions_per_turn) == (10, 5)
+    # RAGEN-2 @20daedc: base.yaml agent_proxy.max_actions_per_turn = 2, envs.yaml max_actions_per_traj = 10
+    assert (grid.max_actions_per_traj, grid.max_actions_per_turn) == (10, 2)
     assert coord == FrozenLakeConfig(observation_format="grid_coord")
     assert envs.make("frozen_lake", success_rate=1.0, size=6).config.size == 6
 
@@ -179,8 +180,8 @@ def test_bumping_a_wall_is_a_valid_ineffective_move_and_the_budget_truncates():
     obs, reward, terminated, truncated, info = act(env, "Left", "Up")
     assert (obs, reward, terminated, truncated) == ("P_G\n_O_", 0.0, False, False)
     assert [i["action_is_effective"] for i in info["action_infos"]] == [False, False]
-    for _ in range(2):  # 2 + 4 + 4 = the budget of 10
-        obs, reward, terminated, truncated, info = act(env, "Left", "Up", "Left", "Up")
+    for _ in range(4):  # 2 + 4 x 2 = the budget of 10 (2 actions per turn, RAGEN-2's default)
+        obs, reward, terminated, truncated, info = act(env, "Left", "Up")
     assert (terminated, truncated, info["success"], env.actions_left) == (False, True, False, 0)
 
 

@@ -26,6 +26,13 @@ def test_answer_only_mode_and_invalid_turn_warning():
     assert message.startswith("\nTurn 2:\nState:\n")
 
 
+def test_actions_left_is_plural_whatever_the_count_as_in_ragen2():
+    # RAGEN-2 ctx_manager: f"You have {turn['actions_left']} actions left." for any count.
+    env = envs.make("countdown")
+    obs, _ = env.reset(seed=0)
+    assert "You have 1 actions left. Always output:" in turn_message(env, 1, obs)["content"]
+
+
 def test_free_form_envs_list_no_actions():
     env = envs.make("countdown")
     env.reset(seed=0)

@@ -94,7 +94,7 @@ def test_check_env_passes_for_every_variant(name):
 
 def test_variant_defaults_match_ragen():
     assert make("sokoban").config == SokobanConfig(dim_x=6, dim_y=6, num_boxes=1, search_depth=300,
-                                                   max_actions_per_turn=5, max_actions_per_traj=10)
+                                                   max_actions_per_turn=2, max_actions_per_traj=10)
     larger = make("larger_sokoban").config
     assert (larger.dim_x, larger.dim_y, larger.num_boxes, larger.search_depth) == (8, 8, 2, 10)
     assert make("sokoban_different_grid_vocab").config.symbols == "W.GBCA@"
@@ -175,7 +175,7 @@ def test_solving_pays_ten_more_and_ends_the_turn_early():
 
 
 def test_one_turn_sums_its_action_rewards():
-    env = make("sokoban")
+    env = make("sokoban", max_actions_per_turn=3)
     env.load_room(TWO_BOX_ROOM)
     reward, terminated, _, info = play(env, "Right", "Right", "Up")  # +0.9 − 1.1 − 0.1
     assert reward == pytest.approx(-0.3) and not terminated
@@ -251,7 +251,7 @@ def test_default_difficulty_matches_ragen2s_published_distribution():
 
 
 def test_solver_finds_the_hand_computed_shortest_solution():
-    env = make("sokoban")
+    env = make("sokoban", max_actions_per_turn=5)
     env.load_room("######\n#P___#\n#_X__#\n#__O_#\n#____#\n######")
     # Player (1,1), box (2,2), target (3,3): Down, Right (box to (2,3)), Up, Right, Down (box to
     # (3,3)) is 5 moves; 4 cannot do (the box needs a push right and a push down, and the player
@@ -266,7 +266,7 @@ def test_solver_finds_the_hand_computed_shortest_solution():
 
 
 def test_the_reference_solution_solves_the_room_in_the_env():
-    env = make("larger_sokoban", max_actions_per_traj=50)
+    env = make("larger_sokoban", max_actions_per_traj=50, max_actions_per_turn=5)
     for seed in range(20):
         env.reset(seed=seed)
         plan = list(env.solution)
