@@ -1,9 +1,12 @@
-"""Rooms per second: our reverse-play generator against gym-sokoban's, same settings, same run.
+"""Rooms per second: our generators against gym-sokoban's, same settings, same run.
 
     python benchmarks/sokoban_generation.py [--seconds 2]
 
 Prints JSON. Settings are the registered `sokoban` (6x6, 1 box, search_depth 300) and
-`larger_sokoban` (8x8, 2 boxes, search_depth 10) configs.
+`larger_sokoban` (8x8, 2 boxes, search_depth 10) configs. `ours` is the reverse-BFS
+generator (`generator="reverse_bfs"`); `ragen_default` is the default generator, RAGEN-2's
+algorithm (`envs.sokoban_ragen`, including its BFS for the shortest solution). Their room
+difficulty is compared by benchmarks/sokoban_difficulty.py.
 
 The reference is gym-sokoban's own `envs/room_utils.py` (PyPI `gym-sokoban`), loaded as a
 file so that its package `__init__` (which imports old `gym`) is not needed: it only needs
@@ -43,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from envs.sokoban import VARIANTS  # noqa: E402
 from envs.sokoban_generator import generate_room, num_walk_steps  # noqa: E402
+from envs.sokoban_ragen import generate_ragen_room  # noqa: E402
 
 SETTING_VARIANTS = {"6x6_1box": "sokoban", "8x8_2box": "larger_sokoban"}
 REFERENCE_VERSION = "0.0.6"
@@ -177,6 +181,10 @@ def measure_ours(dim_x: int, dim_y: int, num_boxes: int, search_depth: int, seco
     return result
 
 
+def measure_ragen_default(dim_x: int, dim_y: int, num_boxes: int, search_depth: int, seconds: float) -> dict:
+    return _time_rooms(lambda seed: generate_ragen_room(seed, dim_x, dim_y, num_boxes, search_depth), seconds)
+
+
 def measure_reference(module, dim_x: int, dim_y: int, num_boxes: int, search_depth: int | None,
                       seconds: float) -> dict:
     dim, steps = (dim_x, dim_y), num_walk_steps(dim_x, dim_y)
@@ -214,7 +222,8 @@ def measure(seconds_per_setting: float = 2.0) -> dict:
         args = (config.dim_x, config.dim_y, config.num_boxes)
         entry = {"variant": variant, "dim_x": config.dim_x, "dim_y": config.dim_y,
                  "num_boxes": config.num_boxes, "search_depth": config.search_depth,
-                 "ours": measure_ours(*args, config.search_depth, seconds_per_setting)}
+                 "ours": measure_ours(*args, config.search_depth, seconds_per_setting),
+                 "ragen_default": measure_ragen_default(*args, config.search_depth, seconds_per_setting)}
         if module is not None:
             shipped = measure_reference(module, *args, None, seconds_per_setting)
             shipped["note"] = "generate_room as shipped: search depth fixed at 300, pulls and walks"
