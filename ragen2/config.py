@@ -134,6 +134,9 @@ class OptimSection(Section):
     ppo_epochs: int = Field(1, ge=1)
     mini_batch_size: int = Field(8, ge=1)  # trajectories per optimiser step
     micro_batch_size: int = Field(4, ge=1)  # trajectories per forward/backward (gradient accumulation)
+    # mini_batch: each term aggregated over the whole mini-batch (micro-batching changes nothing);
+    # micro_batch: over each micro-batch, then averaged over micro-batches, as veRL (RAGEN-2) does
+    loss_scope: Literal["mini_batch", "micro_batch"] = "mini_batch"
     # First N trained steps update only the critic: a cold critic's whitened values would
     # otherwise be most of the advantage (OpenRLHF: --critic.freezing_steps, veRL: critic_warmup)
     critic_warmup_steps: int = Field(0, ge=0)

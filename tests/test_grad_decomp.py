@@ -202,6 +202,25 @@ def test_filter_loss_scaling_scales_the_advantages_not_the_regularisers(policy):
         torch.testing.assert_close(mine, theirs, atol=1e-5, rtol=0)
 
 
+def test_micro_batch_loss_scope_is_verls_mean_of_micro_batch_means(policy):
+    # veRL (RAGEN-2) takes each micro-batch's own token-mean and averages the micro-batches: with
+    # micro-batches of one row (RAGEN-2's default) that is seq-mean-token-mean over the mini-batch.
+    batch, data = _inputs(policy, with_ref=False)
+    models = local.Models(policy, None, None, None, torch.device("cpu"))
+    grads = {}
+    for name, agg, scope in (("verl", "token-mean", "micro_batch"), ("seq", "seq-mean-token-mean", "mini_batch"),
+                             ("ours", "token-mean", "mini_batch")):
+        cfg = _config(agg, 0.0)
+        cfg.optim.micro_batch_size, cfg.optim.loss_scope = 1, scope
+        optimizer = CapturingOptimizer(policy.parameters())
+        local.ppo_update(models, local.Optimizers(optimizer, None), data, cfg, torch.Generator().manual_seed(0))
+        grads[name] = optimizer.grads
+    for a, b in zip(grads["verl"], grads["seq"]):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
+    # rows of 8, 5, 7, 1, 8 and 6 tokens: token-mean over the mini-batch weighs them differently
+    assert max(float((a - b).abs().max()) for a, b in zip(grads["verl"], grads["ours"])) > 1e-4
+
+
 def test_decompose_metrics_per_bucket(policy):
     cfg = _config("token-mean", 0.1)
     batch, data = _inputs(policy, with_ref=True)

@@ -174,10 +174,10 @@ def _finite_grad_step(module: nn.Module, optimizer: torch.optim.Optimizer, max_n
 
 def _actor_backward(policy: nn.Module, data: UpdateInputs, idx: torch.Tensor, ids: torch.Tensor,
                     attn: torch.Tensor, rmask: torch.Tensor, cfg: Config, totals_kw: dict, loss_scale: float,
-                    record) -> bool:
+                    record, weight: float = 1.0) -> bool:
     """One micro-batch (rows `idx`, already sliced to ids/attn/rmask) of the actor loss (clipped
-    policy loss, entropy bonus, KL as a loss): backward and record; False (nothing accumulated)
-    when the loss is not finite."""
+    policy loss, entropy bonus, KL as a loss), times `weight`: backward and record; False
+    (nothing accumulated) when the loss is not finite."""
     algo = cfg.algo
     log_probs, entropy = policy_log_probs(policy, ids, attn, rmask, cfg.rollout.temperature, with_entropy=True)
     old = data.old_log_probs[idx] if data.old_log_probs is not None else log_probs.detach()
@@ -195,7 +195,7 @@ def _actor_backward(policy: nn.Module, data: UpdateInputs, idx: torch.Tensor, id
         loss = loss + algo.kl_coef * kl
     if not torch.isfinite(loss):
         return False
-    loss.backward()
+    (weight * loss).backward()
     if kl is not None:
         record("actor/kl_loss", kl.item())
     record("actor/pg_loss", pg_loss.item())
@@ -244,12 +244,16 @@ def ppo_update(models: Models, optimizers: Optimizers, data: UpdateInputs, cfg: 
             total_tokens = max(1, int(mask.sum().item()))
             total_sequences = max(1, int((mask.sum(dim=1) > 0).sum().item()))
             totals_kw = dict(total_tokens=total_tokens, total_sequences=total_sequences)
+            weight = 1.0
+            if optim.loss_scope == "micro_batch":  # veRL: each micro-batch's own mean, then their mean
+                totals_kw, total_tokens = {}, None
+                weight = 1.0 / math.ceil(len(mini) / optim.micro_batch_size)
             finite = True
             for micro_start in range(0, len(mini), optim.micro_batch_size):
                 idx = mini[micro_start:micro_start + optim.micro_batch_size]
                 ids, attn, rmask = data.input_ids[idx], data.attention_mask[idx], data.response_mask[idx]
                 if train_actor and not _actor_backward(policy, data, idx, ids, attn, rmask, cfg, totals_kw,
-                                                       loss_scale, record):
+                                                       loss_scale, record, weight):
                     finite = False
                     break
                 if critic is not None:
@@ -260,7 +264,7 @@ def ppo_update(models: Models, optimizers: Optimizers, data: UpdateInputs, cfg: 
                     if not torch.isfinite(value_loss):
                         finite = False
                         break
-                    (algo.value_coef * value_loss).backward()
+                    (weight * algo.value_coef * value_loss).backward()
                     record("critic/value_loss", value_loss.item())
                     record("critic/clipfrac", value_metrics["vf_clipfrac"].item())
             if not finite:

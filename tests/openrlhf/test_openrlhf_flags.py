@@ -53,7 +53,7 @@ def test_ppo_paper_config_on_one_node_of_8_gpus():
         "--vllm.num_engines", "8", *COLOCATE, *data_flags(16),
         "--rollout.batch_size", "8", "--rollout.n_samples_per_prompt", "16", "--rollout.max_new_tokens", "400",
         "--data.max_len", "3600", "--rollout.temperature", "1.0", "--rollout.top_p", "1.0",
-        "--rollout.micro_batch_size", "4", "--train.batch_size", "32", "--train.micro_batch_size", "4",
+        "--rollout.micro_batch_size", "1", "--train.batch_size", "32", "--train.micro_batch_size", "1",
         "--train.max_epochs", "1", "--train.num_episodes", "1", "--train.seed", "0", *NO_REWARD_CLIP,
         "--algo.advantage.estimator", "gae", "--algo.advantage.gamma", "1.0", "--algo.advantage.lambd", "1.0",
         "--actor.eps_clip_low_high", "0.2", "0.28", "--actor.dual_clip", "3.0", "--actor.loss_agg_mode", "token-mean",
@@ -266,7 +266,7 @@ def test_openrlhf_parses_and_accepts_the_ppo_command(monkeypatch):
     assert args.actor.eps_clip_low_high == [0.2, 0.28] and args.actor.dual_clip == 3.0
     assert args.algo.advantage.estimator == "gae" and args.algo.kl.init_coef == 0.0
     assert (args.rollout.batch_size, args.rollout.n_samples_per_prompt) == (8, 16)
-    assert (args.train.batch_size, args.train.micro_batch_size, args.rollout.micro_batch_size) == (32, 4, 4)
+    assert (args.train.batch_size, args.train.micro_batch_size, args.rollout.micro_batch_size) == (32, 1, 1)
     assert args.reward.remote_url == ["agent"] and args.train.agent_func_path == AGENT  # the agent path is on
     assert list(args.reward.clip_range) == [-1e9, 1e9] and args.critic.value_clip == 0.5
     assert args.actor.adam.lr == 1e-6 and list(args.actor.adam.betas) == [0.9, 0.999]
