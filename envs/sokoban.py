@@ -92,7 +92,7 @@ class SokobanConfig(EnvConfig):
         if self.generator not in GENERATORS:
             raise EnvConfigError(f"generator must be one of {list(GENERATORS)}, got {self.generator!r}")
         if self.generator == "ragen" and self.search_depth < self.num_boxes + 2:
-            # RAGEN's search scores a state d pulls deep only while d <= search_depth - 2.
+            # RAGEN's search scores a state d moves deep only while d <= search_depth - 2.
             raise EnvConfigError(f"generator='ragen' needs search_depth >= num_boxes + 2 = {self.num_boxes + 2}, "
                                  f"got {self.search_depth}")
         if self.observation_format not in OBSERVATION_FORMATS:

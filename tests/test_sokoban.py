@@ -335,7 +335,7 @@ def test_generator_gives_up_with_a_clear_error():
     # Two boxes cannot both leave their targets in one reverse step.
     with pytest.raises(RoomGenerationError, match="search_depth=1"):
         generate_room(np.random.default_rng(0), 6, 6, 2, 1)
-    # RAGEN-2's search scores a state only up to search_depth - 2 pulls deep: one pull, two boxes.
+    # RAGEN-2's search scores a state only up to search_depth - 2 moves deep: one move, two boxes.
     with pytest.raises(RoomGenerationError, match="search_depth=3"):
         generate_ragen_room(0, 6, 6, 2, 3)
 
