@@ -2,8 +2,8 @@
 
 The observation is the problem; the answer is a program inside <answer> (a ```python fence
 inside the tags is fine: the last fenced block is taken). Each test runs in its own
-sandboxed process (envs/sandbox.py: namespaces, resource limits, read-only filesystem, no
-network); reward = fraction of tests passed, success = all passed. RAGEN's semantics: a
+sandboxed process (envs/sandbox/: namespaces, an allow-listed read-only root, seccomp,
+resource and memory limits, no network); reward = fraction of tests passed, success = all passed. RAGEN's semantics: a
 single turn by default; with max_actions_per_traj > 1 a failed program is answered with
 feedback and may be retried (only all-pass terminates).
 
@@ -18,8 +18,10 @@ Two kinds of test (DeepCoder's, TACO's and LiveCodeBench's layouts are all read)
 Data (config `source`): `builtin` (31 problems we wrote, each with a reference solution,
 envs/data/deepcoder_builtin.jsonl), `file` (JSON array or JSONL of such rows), `hub`
 (`datasets.load_dataset(hub_id, hub_config, split=split)`, e.g. agentica-org/
-DeepCoder-Preview-Dataset with primeintellect | taco | lcbv5 | codeforces). The data
-directory is hidden from the sandbox, so a program cannot read the expected outputs.
+DeepCoder-Preview-Dataset with primeintellect | taco | lcbv5 | codeforces). The sandbox's
+filesystem holds only the interpreter and its standard library, so the data (and any copy
+of it: a checkout, site-packages, a hub cache) is absent: no program can read the expected
+outputs (tests/test_deepcoder.py tries). Its paths are also passed as `hide_paths`.
 """
 
 from __future__ import annotations

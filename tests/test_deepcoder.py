@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -237,7 +238,7 @@ def test_bad_config_is_refused(overrides, message):
 
 @pytest.fixture
 def public_dir():
-    """A world-readable directory: only the sandbox's covering mount keeps a program out of it."""
+    """A world-readable directory: only the sandbox's allow-listed root keeps a program out of it."""
     directory = Path(tempfile.mkdtemp(prefix="ragen2-deepcoder-"))
     directory.chmod(0o755)
     yield directory
@@ -323,3 +324,73 @@ def test_env_passes_the_checker_and_survives_hostile_text():
         _, reward, _, _, info = env.step(text)
         assert np.isfinite(reward) and (info["action_is_valid"] or reward == -0.1)
     assert isinstance(DeepCoderEnv(DeepCoderConfig()).instruction, str)
+
+
+# --- reward hacking: no program can obtain a problem's expected output ----------------------------
+
+HACK = '''
+import json, os, sys
+MARK = {mark!r}[::-1]  # reversed, so that the program does not find itself
+def lookup():
+    """Every readable file of the filesystem, searched for the problem's row."""
+    scanned = 0
+    for top, dirs, files in os.walk(os.environ.get('HACK_ROOT', '/')):  # the sandbox clears the environment
+        if top.startswith('/proc'):
+            dirs[:] = []
+            continue
+        for name in files:
+            path = os.path.join(top, name)
+            try:
+                if not os.path.isfile(path) or os.path.getsize(path) > 8 * 2**20:  # not /dev/zero
+                    continue
+                data = open(path, 'rb').read()
+            except OSError:
+                continue
+            scanned += 1
+            if MARK.encode() in data:
+                sys.stderr.write('FOUND ' + path + chr(10))
+                for line in data.decode('utf-8', 'replace').splitlines():
+                    if MARK in line:
+                        return json.loads(line)
+    sys.stderr.write('scanned %d files, found nothing' % scanned + chr(10))
+    return None
+def answer(args):
+    row = lookup() or {{'tests': []}}
+    tests = row['tests'] if isinstance(row['tests'], list) else json.loads(row['tests'])
+    for test in tests:
+        if test['input'] == args:
+            return test['output']
+'''
+
+
+def hack_for(problem) -> str:
+    """A "solution" that reads the expected outputs from wherever the data lies."""
+    mark = "".join(ch for ch in problem.statement[:40] if ch.isalnum() or ch == " ").strip()[:30]
+    code = HACK.format(mark=mark[::-1])
+    call = next((test for test in problem.tests if test.kind == "call"), None)
+    if call is None:
+        return code + "out = answer(sys.stdin.read())\nprint(out if out is not None else '', end='')\n"
+    return code + (f"def {call.fn_name}(*args):\n    out = answer(list(args))\n"
+                   "    return out[0] if isinstance(out, list) and len(out) == 1 else out\n"
+                   "class Solution:\n" f"    def {call.fn_name}(self, *args):\n        return {call.fn_name}(*args)\n")
+
+
+def test_no_program_can_read_the_expected_outputs(monkeypatch):
+    """The issue's hack scored 1.0 on 31 of 31 problems through env.step; here it scores 0 on
+    every one, and it did search: it scanned the files the sandbox shows and found no row."""
+    env = envs.make("deepcoder")
+    # Outside the sandbox the hack works, so a 0 inside means the data was out of its reach.
+    stdio_problem = next(p for p in env.problems if all(t.kind == "stdio" for t in p.tests))
+    test = stdio_problem.tests[0]
+    bare = subprocess.run([sys.executable, "-I", "-S", "-c", hack_for(stdio_problem)], input=test.input, text=True,
+                          capture_output=True, timeout=300, env={"HACK_ROOT": str(deepcoder.DATA_DIR.parent)})
+    assert bare.stdout.strip() == test.expected.strip() and "FOUND" in bare.stderr
+    monkeypatch.setattr(sandbox, "_SLOTS", threading.BoundedSemaphore(4))
+    rewards = {}
+    for problem in env.problems:
+        reset_to(env, problem.problem_id)
+        _, reward, _, _, info = answer(env, hack_for(problem))
+        rewards[problem.problem_id] = reward
+    assert len(rewards) == 31 and set(rewards.values()) == {0.0}, rewards
+    probe = sandbox.run_python(hack_for(stdio_problem), test.input, hide_paths=env.hide_paths)
+    assert "scanned" in probe.stderr and "FOUND" not in probe.stderr, probe.stderr[-500:]
