@@ -1,6 +1,6 @@
 """Sandbox throughput: executions/s of a trivial program, beside a bare interpreter start.
 
-    python benchmarks/sandbox_throughput.py [--seconds 3] [--threads 1,2,4] [--skip-env]
+    python benchmarks/sandbox_throughput.py [--seconds 3] [--threads 1,2,4] [--skip-env] [--baseline REV]
 
 Prints one JSON object. `sandbox` runs `print(1)` through envs.sandbox.run_python (new
 namespaces, read-only remounts, limits, uid drop, seccomp, output capture, cleanup);
@@ -8,17 +8,21 @@ namespaces, read-only remounts, limits, uid drop, seccomp, output capture, clean
 and no isolation, so `sandbox_vs_bare` is the price of the isolation on this machine.
 `deepcoder_steps_per_s` is whole env steps (every test of a built-in problem, each in its
 own sandbox) answered with the reference solution. Compare ratios within one run: the
-absolute numbers move with the machine's load.
+absolute numbers move with the machine's load. `--baseline REV` also measures the sandbox
+as it was at git revision REV (its envs/sandbox.py, loaded beside today's), alternating
+the two in the same run, so `after_vs_before` compares like with like.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -49,20 +53,37 @@ def rate(run_once, seconds: float, threads: int) -> dict:
     return {"runs": sum(counts), "per_s": round(sum(counts) / elapsed, 2)}
 
 
-def sandbox_once() -> None:
-    result = run_python(PROGRAM)
+def sandbox_once(runner=run_python) -> None:
+    result = runner(PROGRAM)
     if result.verdict != "ok" or result.stdout != "1\n":
         raise RuntimeError(f"the sandbox failed the trivial program: {result}")
+
+
+def load_baseline(revision: str):
+    """The sandbox module as it was at `revision` (a single file then: envs/sandbox.py)."""
+    root = Path(__file__).resolve().parents[1]
+    source = subprocess.run(["git", "-C", str(root), "show", f"{revision}:envs/sandbox.py"], capture_output=True,
+                            text=True, check=True).stdout
+    path = Path(tempfile.mkdtemp(prefix="ragen2-baseline-")) / "sandbox_baseline.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location("sandbox_baseline", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["sandbox_baseline"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
 
 
 def bare_once() -> None:
     subprocess.run([sys.executable, "-I", "-S", "-c", PROGRAM], capture_output=True, check=True)
 
 
-def deepcoder_steps(seconds: float) -> dict:
+def deepcoder_steps(seconds: float, runner=None) -> dict:
     import envs.deepcoder  # noqa: F401  (registers the env)
     import envs
     from envs.parsing import format_response
+
+    if runner is not None:  # the baseline sandbox behind the same env code
+        envs.deepcoder.run_python = runner
 
     env = envs.make("deepcoder")
     steps = tests = 0
@@ -78,7 +99,15 @@ def deepcoder_steps(seconds: float) -> dict:
         steps += 1
         tests += info["action_infos"][0]["total"]
     elapsed = time.perf_counter() - started
+    envs.deepcoder.run_python = run_python
     return {"steps": steps, "steps_per_s": round(steps / elapsed, 2), "tests_per_s": round(tests / elapsed, 2)}
+
+
+def cpu_name() -> str:
+    try:
+        return next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or "unknown"
 
 
 def main() -> None:
@@ -86,14 +115,29 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0, help="time budget per measurement")
     parser.add_argument("--threads", default="1,2,4", help="comma-separated caller thread counts")
     parser.add_argument("--skip-env", action="store_true", help="skip the deepcoder env measurement")
+    parser.add_argument("--baseline", default="", help="git revision whose envs/sandbox.py to measure too")
+    parser.add_argument("--rounds", type=int, default=3, help="alternations of baseline and current (with --baseline)")
     args = parser.parse_args()
     threads = [int(t) for t in args.threads.split(",") if t.strip()]
     # Let every caller thread run at once, so the figure is the machine's, not our queue's.
     sandbox._SLOTS = threading.BoundedSemaphore(max(threads + [2]))
 
-    sandbox_once()  # warm the page cache before timing
-    report: dict = {"machine": platform.machine(), "cpus": os.cpu_count(), "mode": sandbox.sandbox_mode(),
+    sandbox_once()  # warm the page cache (and the root's plan) before timing
+    report: dict = {"machine": platform.machine(), "cpu": cpu_name(), "cpus": os.cpu_count(),
+                    "mode": sandbox.sandbox_mode(), "memory_guard": run_python(PROGRAM).memory_guard,
                     "python": platform.python_version(), "seconds_per_measurement": args.seconds}
+    if args.baseline:
+        old = load_baseline(args.baseline)
+        old._SLOTS = sandbox._SLOTS
+        sandbox_once(old.run_python)
+        before, after = [], []
+        for _ in range(args.rounds):  # alternate, so load changes hit both alike
+            before.append(rate(lambda: sandbox_once(old.run_python), args.seconds, 1)["per_s"])
+            after.append(rate(sandbox_once, args.seconds, 1)["per_s"])
+        report["print1_single_thread"] = {"baseline": args.baseline, "before_per_s": before, "after_per_s": after,
+                                          "after_vs_before": round(sum(after) / sum(before), 3)}
+        if not args.skip_env:
+            report["deepcoder_steps_before"] = deepcoder_steps(args.seconds, old.run_python)
     for count in threads:
         boxed = rate(sandbox_once, args.seconds, count)
         bare = rate(bare_once, args.seconds, count)

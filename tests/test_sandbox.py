@@ -341,3 +341,35 @@ def test_no_hostile_case_escaped(hostile_runs):
     assert len(runs) == len(HOSTILE_NAMES) >= 24 and escaped == []
     assert runs["daemon_that_outlives_the_program"][1].stdout == "parent leaves\n"
     assert "partial" not in runs["exit_tricks"][1].stdout and "atexit ran" not in runs["exit_tricks"][1].stdout
+
+
+# --- the seccomp filter itself, run through a BPF interpreter (every arch we ship) -------------
+
+@pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
+def test_the_seccomp_filter_is_an_allow_list(machine):
+    from envs.sandbox import syscalls
+    allow, eperm, enosys = syscalls.ALLOW, syscalls.EPERM, syscalls.ENOSYS
+    special = syscalls.SPECIAL[machine]
+    run = lambda nr, *args, shm=True, arch=None: syscalls.evaluate(machine, shm, nr, args, arch)
+    for nr in syscalls.policy(machine)["allow"]:
+        assert run(nr) == allow
+    allowed = set(syscalls.policy(machine)["allow"])
+    outside = [nr for nr in range(460) if nr not in allowed and nr not in special.values()]
+    assert len(outside) > 200 and all(run(nr) == eperm for nr in outside)  # default deny: io_uring, keyctl, bpf...
+    assert run(special["keyctl"]) == eperm and run(425) == eperm  # keyrings, io_uring_setup
+    assert run(special["clone3"]) == enosys  # libc falls back to clone, whose flags we can read
+    assert run(special["socket"], 2) == allow and run(special["socket"], 10) == allow  # AF_INET, AF_INET6
+    assert run(special["socket"], 1) == eperm and run(special["socket"], 16) == eperm  # AF_UNIX, AF_NETLINK
+    cloexec = 0x80000
+    assert run(special["socketpair"], 1, 1 | cloexec) == allow  # AF_UNIX SOCK_STREAM: self-pipes
+    assert run(special["socketpair"], 1, 2 | cloexec) == eperm and run(special["socketpair"], 1, 5) == eperm
+    thread_flags = 0x3D0F00  # what pthread_create passes
+    assert run(special["clone"], thread_flags) == allow and run(special["clone"], 17) == allow  # fork
+    for namespace in (0x10000000, 0x20000, 0x40000000, 0x20000000, 0x80):
+        assert run(special["clone"], namespace | 17) == eperm
+    assert run(special["prlimit64"], 0) == allow and run(special["prlimit64"], 1) == eperm
+    shmget = syscalls.ALLOWED[machine]["shmget"]
+    assert run(shmget) == allow and run(shmget, shm=False) == eperm
+    assert run(0, arch=0x40000003) == syscalls.KILL  # another ABI (i386)
+    if machine == "x86_64":
+        assert run(0x40000000 | 0) == enosys  # x32

@@ -139,7 +139,7 @@ def _run(program, stdin, limits: SandboxLimits, files: dict, hide_paths: tuple, 
         except OSError as error:
             if memory_guard == "cgroup":
                 return SandboxResult("sandbox_error", f"the sandbox could not start: memory cgroup: {error}")
-    mode = sandbox_mode()
+    mode, machine = sandbox_mode(), os.uname().machine
     uid = 10_000_000 + secrets.randbelow(1_000_000_000) if mode == "root" else os.geteuid()
     tmp = tempfile.mkdtemp(prefix="ragen2-sandbox-")
     status_r = status_w = -1
@@ -156,7 +156,9 @@ def _run(program, stdin, limits: SandboxLimits, files: dict, hide_paths: tuple, 
             "mode": mode, "uid": uid, "gid": uid if mode == "root" else os.getegid(), "host_pid": os.getpid(),
             "status_fd": status_w, "inputs": os.path.join(tmp, "inputs"), "root": os.path.join(tmp, "root"),
             "work": WORK_DIR, "files": sorted(files), "plan": plan, "python": rootfs.interpreter(),
-            "syscalls": syscalls.policy(os.uname().machine), "cgroup": cgroup.procs if cgroup else "",
+            "syscalls": syscalls.policy(machine), "cgroup": cgroup.procs if cgroup else "",
+            "seccomp": {"with_shm": syscalls.filter_hex(machine, True),
+                        "without_shm": syscalls.filter_hex(machine, False)},
             "shm_bytes": limits.memory_bytes // 2,  # SysV shm in its IPC namespace, all segments together
             "limits": {"cpu": limits.cpu_seconds, "memory": limits.memory_bytes, "nproc": limits.max_processes,
                        "fsize": limits.max_file_bytes, "nofile": limits.max_open_files,

@@ -7,17 +7,16 @@
 #       everything, reports the program's exit on the status pipe; its exit ends the
 #       namespace, so the kernel kills whatever the program left behind;
 #   program: drops to a fresh uid (root mode) or no capabilities (user namespace), sets
-#       limits, installs the seccomp allow-list, runs the code.
+#       limits, installs the seccomp allow-list (assembled by the host), runs the code.
 import ctypes, os, resource, sys, builtins, atexit, errno, _signal
 
 C = eval(sys.argv[1], {"__builtins__": {}})  # a dict literal the host wrote (repr of str/int/list/tuple)
-STATUS, SYS, ROOT, WORK = C["status_fd"], C["syscalls"], C["root"], C["work"]
+STATUS, SYS, ROOT, WORK = C["status_fd"], C["syscalls"], C["root"], C["work"]  # SYS: numbers the launcher calls
 libc = ctypes.CDLL(None, use_errno=True)
 libc.mount.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p)
 libc.syscall.restype = ctypes.c_long
 NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET = (
     0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000)
-CLONE_NEW_ANY = NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET | 0x80  # 0x80: CLONE_NEWTIME
 RDONLY, NOSUID, NODEV, NOEXEC, REMOUNT, BIND, REC, PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
 KEPT_FLAGS = {"nosuid": NOSUID, "nodev": NODEV, "noexec": NOEXEC, "noatime": 1024, "nodiratime": 2048,
               "relatime": 1 << 21}
@@ -142,67 +141,14 @@ def finish_root(inputs):
     return status
 
 
-def seccomp_program(shm_allowed):
-    """BPF for the allow-list (syscalls.py): (label, code, k, jump-true label, jump-false label)."""
-    LD, JEQ, JGE, JSET, JA, AND, RET = 0x20, 0x15, 0x35, 0x45, 0x05, 0x54, 0x06
-    ALLOW, KILL = 0x7FFF0000, 0x80000000
-    EPERM, ENOSYS = 0x50000 | errno.EPERM, 0x50000 | errno.ENOSYS
-    allow = [n for n in SYS["allow"] if shm_allowed or n not in SYS["shm"]]
-    code = [
-        (None, LD, 4, None, None), (None, JEQ, SYS["arch"], "nr", None), (None, RET, KILL, None, None),
-        ("nr", LD, 0, None, None), (None, JGE, 0x40000000, "enosys", None),  # x32 ABI
-        (None, JEQ, SYS["clone3"], "enosys", None), (None, JEQ, SYS["socket"], "socket", None),
-        (None, JEQ, SYS["socketpair"], "pair", None), (None, JEQ, SYS["clone"], "clone", None),
-        (None, JEQ, SYS["prlimit64"], "prlimit", None),
-        (None, JA, "chain", None, None),
-        ("enosys", RET, ENOSYS, None, None),
-        ("socket", LD, 16, None, None), (None, JEQ, 2, "ok1", None), (None, JEQ, 10, "ok1", None),  # INET, INET6
-        (None, RET, EPERM, None, None), ("ok1", RET, ALLOW, None, None),
-        ("pair", LD, 16, None, None), (None, JEQ, 1, None, "no2"), (None, LD, 24, None, None),  # AF_UNIX,
-        (None, AND, 0xF, None, None), (None, JEQ, 1, "ok2", None), ("no2", RET, EPERM, None, None),  # STREAM
-        ("ok2", RET, ALLOW, None, None),
-        ("clone", LD, 16, None, None), (None, JSET, CLONE_NEW_ANY, "no3", None), (None, RET, ALLOW, None, None),
-        ("no3", RET, EPERM, None, None),
-        ("prlimit", LD, 16, None, None), (None, JEQ, 0, "ok4", None), (None, RET, EPERM, None, None),  # pid 0: itself
-        ("ok4", RET, ALLOW, None, None),
-    ]
-    code[len(code):] = [("chain" if i == 0 else None, JEQ, n, None, "+1") for i, n in enumerate(allow)]
-    # Each allowed number: "if equal, fall through to RET ALLOW, else skip it": no long jumps.
-    rows, labels = [], {}
-    for label, op, k, jt, jf in code:
-        if label:
-            labels[label] = len(rows)
-        rows.append((op, k, jt, jf))
-        if op == JEQ and jf == "+1":
-            rows[-1] = (op, k, None, 1)
-            rows.append((RET, ALLOW, None, None))
-    rows.append((RET, EPERM, None, None))
-
-    def offset(here, target):
-        if target is None:
-            return 0
-        distance = target if isinstance(target, int) else labels[target] - here - 1
-        if not 0 <= distance < 256:
-            raise OSError(f"seccomp program: jump of {distance} at {here}")
-        return distance
-
-    class Filter(ctypes.Structure):
-        _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint32)]
-    out = []
-    for i, (op, k, jt, jf) in enumerate(rows):
-        if op == JA:
-            out.append(Filter(op, 0, 0, labels[k] - i - 1))
-        else:
-            out.append(Filter(op, offset(i, jt), offset(i, jf), k))
-    return (Filter * len(out))(*out)
-
-
 def install_seccomp(shm_allowed):
-    table = seccomp_program(shm_allowed)
+    """The host assembled the BPF (syscalls.py); here it is only handed to the kernel."""
+    code = bytes.fromhex(C["seccomp"]["with_shm" if shm_allowed else "without_shm"])
+    table = ctypes.create_string_buffer(code, len(code))
 
     class Program(ctypes.Structure):
         _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-    program = Program(len(table), ctypes.addressof(table))
+    program = Program(len(code) // 8, ctypes.addressof(table))
     check(libc.prctl(22, 2, ctypes.byref(program), 0, 0), "prctl(PR_SET_SECCOMP)")
 
 

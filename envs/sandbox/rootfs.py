@@ -26,8 +26,11 @@ DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
 _MAPPED_FILES = r"""
 import importlib, os
 directory = os.path.join(os.path.dirname(os.__file__), "lib-dynload")
+# No display, terminal, sound device or NIS server inside: these modules could not work there,
+# and their libraries (X11, Tcl/Tk, Kerberos, ...) would be most of the root's mounts.
+useless = ("_tkinter", "nis", "ossaudiodev", "_curses", "_curses_panel", "readline", "_test", "xxlimited", "_xxtest")
 for name in sorted(os.listdir(directory) if os.path.isdir(directory) else []):
-    if name.endswith(".so"):
+    if name.endswith(".so") and not name.startswith(useless):
         try:
             importlib.import_module(name.split(".")[0])
         except BaseException:

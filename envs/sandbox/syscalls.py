@@ -17,6 +17,10 @@ to clone. Numbers are from the kernel's asm/unistd_64.h (x86_64) and asm-generic
 """
 from __future__ import annotations
 
+import errno
+import functools
+import struct
+
 # Allowed without conditions (the legacy names x86_64 still has are missing on aarch64).
 ALLOWED = {
     "x86_64": {
@@ -106,3 +110,85 @@ def policy(machine: str) -> dict:
             raise AssertionError(f"{name} must only be allowed with its argument check")
     shm = sorted(allowed[name] for name in ("shmget", "shmat", "shmctl", "shmdt"))  # refused without shm limits
     return {"arch": AUDIT_ARCH[machine], "allow": sorted(set(allowed.values())), "shm": shm, **SPECIAL[machine]}
+
+
+CLONE_NEW_ANY = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000 | 0x80
+LD, JEQ, JGE, JSET, JA, AND, RET = 0x20, 0x15, 0x35, 0x45, 0x05, 0x54, 0x06  # classic BPF opcodes (K forms)
+ALLOW, KILL = 0x7FFF0000, 0x80000000
+EPERM, ENOSYS = 0x50000 | errno.EPERM, 0x50000 | errno.ENOSYS  # SECCOMP_RET_ERRNO | errno
+
+
+def assemble(machine: str, shm_allowed: bool) -> list[tuple[int, int, int, int]]:
+    """The filter as (code, jt, jf, k) rows. seccomp_data: nr at 0, arch at 4, args from 16.
+    Allowed numbers come as "if equal fall through to RET ALLOW, else skip it" pairs, so
+    no jump is long; the three checked calls have their own short blocks."""
+    p = policy(machine)
+    allow = [n for n in p["allow"] if shm_allowed or n not in p["shm"]]
+    code = [
+        (None, LD, 4, None, None), (None, JEQ, p["arch"], "nr", None), (None, RET, KILL, None, None),
+        ("nr", LD, 0, None, None), (None, JGE, 0x40000000, "enosys", None),  # the x32 ABI
+        (None, JEQ, p["clone3"], "enosys", None), (None, JEQ, p["socket"], "socket", None),
+        (None, JEQ, p["socketpair"], "pair", None), (None, JEQ, p["clone"], "clone", None),
+        (None, JEQ, p["prlimit64"], "prlimit", None), (None, JA, "chain", None, None),
+        ("enosys", RET, ENOSYS, None, None),
+        ("socket", LD, 16, None, None), (None, JEQ, 2, "ok1", None), (None, JEQ, 10, "ok1", None),  # INET, INET6
+        (None, RET, EPERM, None, None), ("ok1", RET, ALLOW, None, None),
+        ("pair", LD, 16, None, None), (None, JEQ, 1, None, "no2"), (None, LD, 24, None, None),  # AF_UNIX and
+        (None, AND, 0xF, None, None), (None, JEQ, 1, "ok2", None), ("no2", RET, EPERM, None, None),  # STREAM
+        ("ok2", RET, ALLOW, None, None),
+        ("clone", LD, 16, None, None), (None, JSET, CLONE_NEW_ANY, "no3", None), (None, RET, ALLOW, None, None),
+        ("no3", RET, EPERM, None, None),
+        ("prlimit", LD, 16, None, None), (None, JEQ, 0, "ok4", None), (None, RET, EPERM, None, None),  # pid 0
+        ("ok4", RET, ALLOW, None, None),
+    ]
+    rows, labels = [], {}
+    for label, op, k, jt, jf in code:
+        if label:
+            labels[label] = len(rows)
+        rows.append((op, k, jt, jf))
+    labels["chain"] = len(rows)
+    for number in allow:
+        rows += [(JEQ, number, None, 1), (RET, ALLOW, None, None)]
+    rows.append((RET, EPERM, None, None))
+
+    def offset(here: int, target) -> int:
+        distance = 0 if target is None else target if isinstance(target, int) else labels[target] - here - 1
+        if not 0 <= distance < 256:
+            raise AssertionError(f"seccomp program: a jump of {distance} at row {here}")
+        return distance
+    out = []
+    for i, (op, k, jt, jf) in enumerate(rows):
+        if op == JA:
+            out.append((op, 0, 0, labels[k] - i - 1))
+        else:
+            out.append((op, offset(i, jt), offset(i, jf), k))
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def filter_hex(machine: str, shm_allowed: bool) -> str:
+    """The filter as struct sock_filter[] bytes (hex, for the launcher's config)."""
+    return b"".join(struct.pack("=HBBI", *row) for row in assemble(machine, shm_allowed)).hex()
+
+
+def evaluate(machine: str, shm_allowed: bool, nr: int, args: tuple[int, ...] = (), arch: int | None = None) -> int:
+    """Run the filter on one call, as the kernel would (for tests): the SECCOMP_RET_* value."""
+    rows = assemble(machine, shm_allowed)
+    data = [nr, AUDIT_ARCH[machine] if arch is None else arch, 0, 0]  # nr, arch, ip (2 words)
+    for value in (tuple(args) + (0,) * 6)[:6]:
+        data += [value & 0xFFFFFFFF, value >> 32]
+    pc, accumulator = 0, 0
+    while True:
+        op, jt, jf, k = rows[pc]
+        if op == LD:
+            accumulator = data[k // 4]
+        elif op == AND:
+            accumulator &= k
+        elif op == RET:
+            return k
+        elif op == JA:
+            pc += k
+        else:
+            taken = {JEQ: accumulator == k, JGE: accumulator >= k, JSET: bool(accumulator & k)}[op]
+            pc += jt if taken else jf
+        pc += 1
