@@ -48,6 +48,7 @@ from . import memory, rootfs, syscalls  # relative: the package also loads stand
 # The runner's exit codes for limits hit inside the program (a program exiting with them
 # on purpose only mislabels its own failure).
 MEMORY_EXIT, DISK_EXIT = 213, 214
+SETUP_SECONDS = 60.0  # launch to the program's start (then its wall_seconds): only a stalled host needs it
 WORK_DIR = "/sandbox"  # the program's cwd, HOME and TMPDIR inside its root
 MEMORY_GUARDS = ("auto", "cgroup", "rlimits")
 _LAUNCHER = (Path(__file__).parent / "launcher.py").read_text()
@@ -58,7 +59,7 @@ _SLOTS = threading.BoundedSemaphore(2 * max(2, os.cpu_count() or 2))
 @dataclass(frozen=True)
 class SandboxLimits:
     cpu_seconds: int = 2  # RLIMIT_CPU (whole seconds); SIGKILL one second later
-    wall_seconds: float = 6.0  # from launch to the last byte; then the group is killed
+    wall_seconds: float = 6.0  # from the program's start to its last byte; then the group is killed
     memory_bytes: int = 256 * 2**20  # RLIMIT_AS per process; with a memory cgroup, the run's total too
     max_output_bytes: int = 1 * 2**20  # stdout cap; stderr keeps the same cap
     max_processes: int = 8  # RLIMIT_NPROC (threads count too)
@@ -162,7 +163,7 @@ def _run(program, stdin, limits: SandboxLimits, files: dict, hide_paths: tuple, 
             "shm_bytes": limits.memory_bytes // 2,  # SysV shm in its IPC namespace, all segments together
             "limits": {"cpu": limits.cpu_seconds, "memory": limits.memory_bytes, "nproc": limits.max_processes,
                        "fsize": limits.max_file_bytes, "nofile": limits.max_open_files,
-                       "disk": limits.disk_bytes, "backstop": int(limits.wall_seconds) + 5},
+                       "disk": limits.disk_bytes, "backstop": int(SETUP_SECONDS + limits.wall_seconds) + 5},
             "memory_exit": MEMORY_EXIT, "disk_exit": DISK_EXIT,
         }
         started = time.monotonic()
@@ -172,7 +173,7 @@ def _run(program, stdin, limits: SandboxLimits, files: dict, hide_paths: tuple, 
             start_new_session=True, close_fds=True, pass_fds=(status_w,))
         os.close(status_w)
         status_w = -1
-        outputs, overflow, timed_out = _collect(process, status_r, stdin_data, limits, started + limits.wall_seconds)
+        outputs, overflow, timed_out = _collect(process, status_r, stdin_data, limits, started + SETUP_SECONDS)
         process.wait()
         wall = time.monotonic() - started
         # A normal exit already ended the PID namespace (the reaper exits only after the
@@ -197,7 +198,9 @@ def _run(program, stdin, limits: SandboxLimits, files: dict, hide_paths: tuple, 
 
 def _collect(process: subprocess.Popen, status_fd: int, stdin: bytes, limits: SandboxLimits, deadline: float):
     """Feed stdin; read stdout, stderr and the status pipe until all close, the deadline passes
-    or a cap is hit."""
+    or a cap is hit. `deadline` bounds the set-up; once the reaper reports that the program
+    starts, the program's own wall clock replaces it (so a loaded machine's slow start-up is
+    never the program's timeout)."""
     names = {process.stdout.fileno(): "stdout", process.stderr.fileno(): "stderr", status_fd: "status"}
     caps = {"stdout": limits.max_output_bytes, "stderr": limits.max_output_bytes, "status": 1 << 16}
     buffers = {name: bytearray() for name in names.values()}
@@ -233,6 +236,8 @@ def _collect(process: subprocess.Popen, status_fd: int, stdin: bytes, limits: Sa
                     selector.unregister(key.fd)
                     continue
                 name = names[key.fd]
+                if name == "status" and b"started=" in chunk and b"started=" not in buffers[name]:
+                    deadline = time.monotonic() + limits.wall_seconds
                 buffers[name] += chunk
                 if len(buffers[name]) > caps[name]:
                     overflow = name

@@ -234,6 +234,7 @@ def run_program():
 def reaper(inputs):
     check(libc.prctl(1, 9, 0, 0, 0), "prctl(PR_SET_PDEATHSIG, SIGKILL)")
     status = finish_root(inputs)
+    report(proc=status["proc"], shm=status["shm"], started=1)  # the wall clock starts now, not at launch
     child = os.fork()
     if child == 0:
         try:
@@ -243,7 +244,6 @@ def reaper(inputs):
             os._exit(1)
         os.close(STATUS)  # from here on the program runs: it must not be able to forge our report
         os._exit(run_program())
-    report(proc=status["proc"], shm=status["shm"])
     while True:  # reap orphans too; when the program ends, our exit ends the namespace
         pid, wait_status, usage = os.wait4(-1, 0)
         if pid == child:
