@@ -14,10 +14,11 @@ the reward; success is a full score, RAGEN-2's definition (`reward_mode="success
 as RAGEN does). Defaults are RAGEN-2's: 9 actions per trajectory, 1 per turn.
 
 Parsing: `<answer>` pieces must be `search[…]` (only on a page with a search box) or
-`click[x]` with x on the current page, matched ignoring case and runs of spaces; anything
-else is dropped with a reason, and a turn with a dropped piece (or nothing valid) gets the
-format penalty. RAGEN-2 instead passes such a piece to WebShop, where it spends an action
-and does nothing, and penalises only a turn with no action at all (docs/fidelity_envs.md).
+`click[x]` with x on the current page, matched ignoring case and runs of spaces. Anything
+else, by default (`invalid_actions="noop"`, RAGEN-2's), goes to the shop as WebShop does
+with it: it does nothing, spends an action and gets no format penalty (RAGEN-2 penalises
+only a turn with no action at all). `invalid_actions="drop"` drops it with a reason before
+the shop, so it spends nothing, and the turn gets the format penalty.
 With several actions per turn each must be on the page the model saw; one that the earlier
 actions made unavailable does nothing but still spends an action (WebShop's no-op).
 
@@ -47,6 +48,7 @@ SEARCH_PLACEHOLDER = "search[<content>]"
 MAX_QUERY_CHARS = 500  # a longer query is not a search a shopper types; it would only slow BM25
 SEP = " [SEP] "
 REWARD_MODES = ("score", "success")
+INVALID_ACTION_MODES = ("noop", "drop")
 FULL_SCORE = 1.0 - 1e-9
 _SPACES = re.compile(r"\s+")
 
@@ -71,6 +73,10 @@ class WebShopConfig(EnvConfig):
     results_per_page: int = 10       # WebShop's PRODUCT_WINDOW
     max_search_results: int = 50     # WebShop's SEARCH_RETURN_N
     title_match: str = "nouns"       # title terms of the type match: nouns | words | spacy_nouns (WebShop's)
+    # noop (RAGEN-2): an action that cannot run on the page goes to the shop, does nothing and
+    # spends an action, without the format penalty; drop: it is dropped before the shop and
+    # the turn gets the format penalty (ours: the budget goes only to actions that can act).
+    invalid_actions: str = "noop"
     # The original WebShop data, when the user has it (empty: the shipped catalog).
     products_file: str = ""          # items_shuffle*.json
     attributes_file: str = ""        # items_ins_v2*.json: product attributes, synthetic goals
@@ -83,11 +89,12 @@ class WebShopConfig(EnvConfig):
             value = getattr(self, name)
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
                 raise EnvConfigError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-        for name in ("split", "reward_mode", "title_match", "products_file", "attributes_file", "human_goals_file"):
+        for name in ("split", "reward_mode", "title_match", "invalid_actions", "products_file", "attributes_file",
+                     "human_goals_file"):
             if not isinstance(getattr(self, name), str):
                 raise EnvConfigError(f"{name} must be a str, got {getattr(self, name)!r}")
         for name, allowed in (("split", SPLITS), ("reward_mode", REWARD_MODES),
-                              ("title_match", TITLE_MATCH_MODES)):
+                              ("title_match", TITLE_MATCH_MODES), ("invalid_actions", INVALID_ACTION_MODES)):
             if getattr(self, name) not in allowed:
                 raise EnvConfigError(f"{name} must be one of {list(allowed)}, got {getattr(self, name)!r}")
         if self.results_per_page < 1:
@@ -229,6 +236,8 @@ class WebShopEnv(TextEnv):
             reason = found if isinstance(found, str) else self._why_unavailable(*found)
             if reason is None:
                 actions.append(f"{found[0]}[{found[1]}]")
+            elif self.config.invalid_actions == "noop":
+                actions.append(piece.strip())  # _apply_action turns it into a no-op
             else:
                 dropped.append(DroppedAction(piece, reason))
         num_dropped = parsed.num_dropped + len(parsed.actions) - len(actions)
@@ -250,10 +259,12 @@ class WebShopEnv(TextEnv):
     # --- acting -----------------------------------------------------------------------------
 
     def _apply_action(self, action: str) -> ActionOutcome:
-        verb, argument = canonical_action(action)
-        reason = self._why_unavailable(verb, argument)
-        if reason is not None:  # an earlier action of this turn changed the page
-            return ActionOutcome(reward=0.0, info={"page": self.page, "action_is_effective": False, "reason": reason})
+        found = canonical_action(action)
+        reason = found if isinstance(found, str) else self._why_unavailable(*found)
+        if reason is not None:  # invalid (invalid_actions="noop"), or an earlier action changed the page
+            return ActionOutcome(reward=0.0, info={"page": self.page, "action_is_effective": False,
+                                                   "action_is_valid": False, "reason": reason})
+        verb, argument = found
         if verb == "search":
             self.results = self.catalog.search(argument, self.config.max_search_results)
             self.page, self.page_number = RESULTS, 1

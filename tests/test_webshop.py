@@ -224,8 +224,23 @@ def test_navigation_between_pages(tiny_catalog):
     assert env.page == "search" and env.results == []
 
 
-def test_parser_keeps_only_actions_of_the_current_page(tiny_catalog):
+def test_invalid_actions_by_default_spend_an_action_and_do_nothing_as_in_ragen2(tiny_catalog):
+    # RAGEN-2 passes every parsed piece to WebShop (no action lookup, so no format penalty):
+    # one that cannot run leaves the page as it was and counts against the 9-action budget.
     env = tiny_env(tiny_catalog)
+    obs, _ = env.reset_to_goal(0)
+    for text in ("click[buy now]", "buy it"):
+        next_obs, reward, terminated, _, info = env.step(format_response([text], think="t"))
+        assert (next_obs, reward, terminated, info["format_penalty"]) == (obs, 0.0, False, 0.0)
+        assert info["action_infos"][0]["action_is_valid"] is False
+    assert env.actions_left == 7
+    assert env.step("<think>t</think><answer></answer>")[1] == env.config.format_penalty  # no action at all
+    with pytest.raises(envs.EnvConfigError, match=r"invalid_actions must be one of \['noop', 'drop'\]"):
+        tiny_env(tiny_catalog, invalid_actions="ignore")
+
+
+def test_parser_keeps_only_actions_of_the_current_page(tiny_catalog):
+    env = tiny_env(tiny_catalog, invalid_actions="drop")
     env.reset_to_goal(0)
     parsed = env.parse(format_response(["SEARCH[  Red   Lipstick ]"], think="t"))
     assert parsed.actions == ("search[red lipstick]",)
@@ -255,7 +270,7 @@ def test_several_actions_per_turn_run_in_order_and_stale_ones_do_nothing(tiny_ca
     act(env, "search[lipstick]")
     _, _, _, _, info = env.step(format_response(["click[b000000001]", "click[b000000002]"], think="t"))
     assert env.product.asin == "B000000001" and env.actions_left == 6
-    assert info["action_infos"][1] == {"page": "item", "action_is_effective": False,
+    assert info["action_infos"][1] == {"page": "item", "action_is_effective": False, "action_is_valid": False,
                                        "reason": "'b000000002' is not clickable on the item page"}
 
 
