@@ -148,9 +148,10 @@ class RunCgroup:
 
     def remove(self, timeout: float = 3.0) -> bool:
         """Kill what is left in it (v2) and remove it; False if it would not go."""
-        if self.version == "v2":
+        kill = os.path.join(self.path, "cgroup.kill")  # v2 on Linux >= 5.14
+        if self.version == "v2" and os.path.exists(kill):
             with contextlib.suppress(OSError):
-                _write(os.path.join(self.path, "cgroup.kill"), "1")
+                _write(kill, "1")
         deadline = time.monotonic() + timeout
         while True:
             try:
