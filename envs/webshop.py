@@ -9,9 +9,9 @@ Pages and what can be done on them (WebShop's text mode; RAGEN lists the choices
     description  click[back to search], click[< prev]     (features likewise)
 
 Each observation is the page in WebShop's " [SEP] "-joined text, then "You must choose from
-these actions: …". Buying ends the episode with WebShop's score (`envs.webshop_reward`) as
-the reward; success is a full score, RAGEN-2's definition (`reward_mode="success"` pays 1/0
-as RAGEN does). Defaults are RAGEN-2's: 9 actions per trajectory, 1 per turn.
+these actions: …". Buying ends the episode; WebShop's score (`envs.webshop_reward`) decides
+the reward: by default RAGEN-2's, 1 for a full score else 0 (`reward_mode="success"`);
+`reward_mode="score"` pays the score itself, a denser signal. Success is a full score. Defaults are RAGEN-2's: 9 actions per trajectory, 1 per turn.
 
 Parsing: `<answer>` pieces must be `search[…]` (only on a page with a search box) or
 `click[x]` with x on the current page, matched ignoring case and runs of spaces. Anything
@@ -69,7 +69,7 @@ class WebShopConfig(EnvConfig):
     max_actions_per_turn: int = 1   # RAGEN-2's WebShop setting
     max_actions_per_traj: int = 9
     split: str = "train"             # which goals instances draw from: all | train | val | test
-    reward_mode: str = "score"       # score: WebShop's score in [0, 1]; success: 1 for a full score else 0
+    reward_mode: str = "success"     # success (RAGEN-2): 1 for a full score else 0; score: WebShop's score in [0, 1]
     results_per_page: int = 10       # WebShop's PRODUCT_WINDOW
     max_search_results: int = 50     # WebShop's SEARCH_RETURN_N
     title_match: str = "nouns"       # title terms of the type match: nouns | words | spacy_nouns (WebShop's)

@@ -179,7 +179,8 @@ def test_fuzzy_score_drops_only_latin1_high_characters_as_thefuzz(a, b, referenc
 # --- the env on the tiny catalog -----------------------------------------------------------------
 
 def test_buying_through_the_pages_pays_the_score_and_logs_it(tiny_catalog):
-    env = tiny_env(tiny_catalog)
+    assert WebShopConfig().reward_mode == "success"  # RAGEN-2's WebShop env: 1.0 if raw_reward >= 1.0 else 0.0
+    env = tiny_env(tiny_catalog, reward_mode="score")
     obs, info = env.reset_to_goal(0)
     assert obs.startswith("WebShop [SEP] Instruction: [SEP] i need long lasting")
     assert obs.endswith("You must choose from these actions: search[<content>].")
@@ -191,7 +192,7 @@ def test_buying_through_the_pages_pays_the_score_and_logs_it(tiny_catalog):
     assert bought["raw_score"] == pytest.approx(0.75) and bought["options"] == {"color": "pink"}
     assert obs == "Thank you for shopping with us! [SEP] Your score (min 0.0, max 1.0) [SEP] 0.75"
 
-    binary = tiny_env(tiny_catalog, reward_mode="success")
+    binary = tiny_env(tiny_catalog)  # the default
     binary.reset_to_goal(0)
     *_, info = act(binary, "search[lipstick]", "click[b000000001]", "click[pink]")
     _, reward, _, _, info = act(binary, "click[buy now]")
@@ -331,7 +332,7 @@ def test_the_expert_buys_every_shipped_goal_at_full_score_within_the_budget():
 
 
 def test_a_wrong_colour_on_a_shipped_goal_costs_one_option():
-    env = envs.make("webshop", split="all")
+    env = envs.make("webshop", split="all", reward_mode="score")
     index, goal = next((i, g) for i, g in enumerate(env.goals) if "color" in env.catalog.by_asin[g.asin].options)
     target = env.catalog.by_asin[goal.asin]
     wanted = next(v for v in goal.goal_options if v in target.options["color"])
