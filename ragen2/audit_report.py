@@ -49,7 +49,6 @@ PANELS = (
 )
 ALERT_COLOURS = {"template_collapse": "tab:red", "reward_std_cliff": "tab:orange", "grad_norm_spike": "tab:purple"}
 GRAD_KEY = re.compile(r"^grad/(bucket_\d+|all)/(.+)$")
-COMPONENTS = ("task", "entropy", "kl")
 # what each bar shows: the task norm beside the regularisers' norms times their coefficients
 # (what each term adds to the update, as RAGEN-2 logs them); the unscaled ones go in the table
 PLOTTED = (("task", "task_norm", "‖g_task‖"), ("entropy", "entropy_scaled_norm", "‖entropy_coef · g_entropy‖"),
