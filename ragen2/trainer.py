@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -23,9 +24,10 @@ from ragen2 import grad_decomp
 from ragen2 import probe as probe_lib
 from ragen2.algos import advantages as adv_lib
 from ragen2.algos import losses
-from ragen2.config import Config
+from ragen2.config import Config, filter_config, rollout_config, stop_config  # noqa: F401 - re-exported
 from ragen2.engines import local
-from ragen2.rollout import RolloutBatch, RolloutConfig, evaluate, rollout
+from ragen2.interrupts import Interrupts, StepAbandoned, restore_rng, rng_snapshot
+from ragen2.rollout import RolloutBatch, evaluate, rollout
 from ragen2.run_log import RunLog
 
 VALIDATION_STREAM = 987_654_321  # seeds validation instances apart from training ones
@@ -46,6 +48,7 @@ class Run:
     step: int = 0
     nonfinite_skips: int = 0
     summary: dict = field(default_factory=dict)
+    interrupts: Interrupts = field(default_factory=Interrupts)
 
 
 class Timer:
@@ -60,27 +63,6 @@ class Timer:
 
     def metrics(self) -> dict[str, float]:
         return {f"time/{phase}_s": round(seconds, 4) for phase, seconds in self.seconds.items()}
-
-
-def rollout_config(cfg: Config, temperature: float | None = None) -> RolloutConfig:
-    r = cfg.rollout
-    return RolloutConfig(group_size=r.group_size, max_turns=r.max_turns, max_new_tokens=r.max_new_tokens,
-                         temperature=r.temperature if temperature is None else temperature, top_p=r.top_p,
-                         context=r.context, window_turns=r.window_turns, max_context_tokens=r.max_context_tokens,
-                         max_response_words=r.max_response_words)
-
-
-def filter_config(cfg: Config) -> snr.FilterConfig:
-    f = cfg.filter
-    return snr.FilterConfig(strategy=f.strategy, value=f.value, metric=f.metric, order=f.order,
-                            top_p_mode=f.top_p_mode, include_zero=f.include_zero, eps=f.eps, ddof=f.ddof)
-
-
-def stop_config(cfg: Config) -> snr.StopConfig:
-    f = cfg.filter
-    return snr.StopConfig(max_consecutive_skips=f.max_consecutive_skips,
-                          collapse_baseline_steps=f.collapse_baseline_steps,
-                          collapse_patience=f.collapse_patience, collapse_ratio=f.collapse_ratio)
 
 
 def env_factory(cfg: Config, name: str | None = None):
@@ -131,7 +113,7 @@ def compute_advantages(cfg: Config, batch: RolloutBatch, values, old_log_probs, 
 def train_step(run: Run) -> dict:
     """One step: rollout, probe, filter, old/ref log-probs and values, advantages, update."""
     cfg, models, timer = run.cfg, run.models, Timer()
-    with timer("rollout"):
+    with timer("rollout"), run.interrupts.abandonable():  # only the sampling RNG moves: safe to drop
         batch = rollout(models.policy, models.tokenizer, env_factory(cfg), step_seeds(cfg, run.step),
                         rollout_config(cfg), run.generator)
     metrics = batch.metrics()
@@ -227,7 +209,8 @@ def validate(run: Run) -> dict:
 
 def _state(run: Run) -> dict:
     return {"stop_policy": run.stop_policy.state_dict(), "probe": run.probe.state_dict(),
-            "collapse_detector": run.watch.state_dict(), "nonfinite_skips": run.nonfinite_skips}
+            "collapse_detector": run.watch.state_dict(), "nonfinite_skips": run.nonfinite_skips,
+            "num_threads": torch.get_num_threads()}
 
 
 def save(run: Run) -> None:
@@ -236,27 +219,57 @@ def save(run: Run) -> None:
     run.log.event("checkpoint", path=str(path), step=run.step)
 
 
+class ResumeError(RuntimeError):
+    """A run directory that cannot be resumed; nothing in it was changed."""
+
+
+def apply_threads(cfg: Config, warn=print) -> None:
+    """Set torch's thread count from the config, resolving 0 to this process's default (recorded)."""
+    wanted = cfg.trainer.num_threads
+    if wanted == 0:
+        cfg.trainer.num_threads = torch.get_num_threads()
+        return
+    if torch.get_num_threads() != wanted:
+        torch.set_num_threads(wanted)
+    if torch.get_num_threads() != wanted:
+        warn(f"warning: torch runs {torch.get_num_threads()} threads, not the run's {wanted}: "
+             "its numbers will not repeat bit for bit")
+
+
 def setup(cfg: Config, run_dir: Path, resume: bool = False, quiet: bool = False, models=None) -> Run:
-    """Build everything a run needs; on resume, restore the latest checkpoint."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(cfg.to_yaml())
+    """Build everything a run needs; on resume, restore the newest checkpoint that loads.
+
+    Nothing is written into `run_dir` until the models exist and the checkpoint (if any) has
+    loaded, so a bad model name or a damaged run directory leaves it as it was."""
+    def warn(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    apply_threads(cfg, warn)
     torch.manual_seed(cfg.trainer.seed)
     models = models or local.build_models(cfg)
     optimizers = local.build_optimizers(models, cfg)
     generator = torch.Generator().manual_seed(cfg.trainer.seed)
     run = Run(cfg, run_dir, models, optimizers, generator, filter_config(cfg), snr.StopPolicy(stop_config(cfg)),
               probe_lib.Probe(cfg.probe, models.tokenizer), log=None,  # type: ignore[arg-type]
-              watch=probe_lib.CollapseWatch(cfg.probe))
-    resume_step = 0
-    latest = ckpt.latest_checkpoint(run_dir) if resume else None
-    if latest is not None:
-        state = ckpt.load_checkpoint(latest, models, optimizers, generator)
+              watch=probe_lib.CollapseWatch(cfg.probe), interrupts=Interrupts(quiet=quiet))
+    resume_step, latest = 0, None
+    if resume and ckpt.complete_checkpoints(run_dir):
+        loaded = ckpt.load_latest(run_dir, models, optimizers, generator, warn)
+        if loaded is None:
+            raise ResumeError(f"{run_dir}: every checkpoint is damaged; nothing to resume from")
+        latest, state = loaded
         run.step = resume_step = state["step"]
         run.stop_policy.load_state_dict(state["stop_policy"])
         run.probe.load_state_dict(state["probe"])
         if "collapse_detector" in state:  # absent in checkpoints written before the detector was wired
             run.watch.load_state_dict(state["collapse_detector"])
         run.nonfinite_skips = state["nonfinite_skips"]
+        recorded = state.get("num_threads")
+        if recorded is not None and recorded != cfg.trainer.num_threads:
+            warn(f"warning: the checkpoint was written with {recorded} torch threads, this run uses "
+                 f"{cfg.trainer.num_threads}: steps from here will not repeat an uninterrupted run bit for bit")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(cfg.to_yaml())
     run.log = RunLog(run_dir, cfg.trainer.total_steps, json.loads(cfg.model_dump_json()),
                      resume_step=resume_step, use_wandb=cfg.trainer.wandb,
                      use_tensorboard=cfg.trainer.tensorboard, quiet=quiet)
@@ -266,26 +279,68 @@ def setup(cfg: Config, run_dir: Path, resume: bool = False, quiet: bool = False,
 
 
 def train(run: Run) -> dict:
-    """Run the remaining steps; returns the summary (also written to summary.json)."""
+    """Run the remaining steps; returns the summary (also written to summary.json, unless the
+    run was interrupted: then `summary["interrupted"]` names the signal and the run resumes)."""
+    run.interrupts.install()
+    try:
+        return _train_loop(run)
+    finally:
+        run.interrupts.restore()
+
+
+def _train_loop(run: Run) -> dict:
     cfg = run.cfg
     started = time.time()
     stop_reason = None
     while run.step < cfg.trainer.total_steps:
-        metrics = train_step(run)
+        snapshot = rng_snapshot(run.generator)
+        try:
+            metrics = train_step(run)
+        except StepAbandoned:  # nothing but the RNG had moved: put it back, the step never happened
+            restore_rng(run.generator, snapshot)
+            stop_reason = "interrupted"
+            break
         last = run.step + 1 == cfg.trainer.total_steps or "stop_reason" in metrics
         if (cfg.trainer.val_every and (run.step + 1) % cfg.trainer.val_every == 0) or last:
-            metrics.update(validate(run))
+            try:
+                with run.interrupts.abandonable():
+                    metrics.update(validate(run))
+            except StepAbandoned:
+                metrics["val/abandoned"] = 1.0  # the update happened: keep the step, without its validation
         run.log.step(run.step, metrics)
         run.step += 1
-        if (cfg.trainer.save_every and run.step % cfg.trainer.save_every == 0) or last:
+        if run.interrupts.requested:
+            stop_reason = "interrupted"
+        if (cfg.trainer.save_every and run.step % cfg.trainer.save_every == 0) or last or stop_reason:
             save(run)
-        if "stop_reason" in metrics:
-            stop_reason = metrics["stop_reason"]
+        if stop_reason or "stop_reason" in metrics:
+            stop_reason = stop_reason or metrics["stop_reason"]
             break
+    if stop_reason == "interrupted" or run.interrupts.requested:
+        return _interrupted(run, started)
     rows = [r for r in _read_rows(run)]
     summary = summarise(rows, stop_reason, time.time() - started, run)
     (run.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     run.log.close()
+    return summary
+
+
+def _interrupted(run: Run, started: float) -> dict:
+    """Stop on a signal: make sure the last completed step is on disk, then say how to continue."""
+    latest = ckpt.latest_checkpoint(run.run_dir)
+    if run.step > 0 and (latest is None or latest.name != f"step_{run.step:06d}"):
+        save(run)  # the step in progress was abandoned: models and RNG are as the last one left them
+        latest = ckpt.latest_checkpoint(run.run_dir)
+    resume = f"ragen2 train --resume {run.run_dir}"
+    if latest is None:
+        message = f"{run.interrupts.signal_name} before the first step finished: nothing to resume; start again"
+    else:
+        message = f"{run.interrupts.signal_name}: stopped after step {run.step}; continue with: {resume}"
+    run.log.event("stop", reason="interrupted", signal=run.interrupts.signal_name, message=message, step=run.step)
+    run.log.close()
+    summary = summarise(_read_rows(run), "interrupted", time.time() - started, run)
+    summary["interrupted"] = run.interrupts.signal_name
+    summary["resume_command"] = resume if latest is not None else None
     return summary
 
 

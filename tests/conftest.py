@@ -1,8 +1,35 @@
-"""Fixtures shared by test modules."""
+"""Fixtures shared by test modules.
+
+Every test starts from the same process-global state and leaves it so: torch's thread
+count, its global RNG and the environment variables are put back after each test, so a
+test that passes alone passes in any order.
+"""
+
+import os
 
 import pytest
+import torch
 
 from ragen2.rollout.tiny import tiny_llama, tiny_tokenizer
+
+
+@pytest.fixture(autouse=True)
+def _restore_process_state():
+    threads, rng, environ = torch.get_num_threads(), torch.get_rng_state(), dict(os.environ)
+    yield
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+    torch.set_rng_state(rng)
+    if dict(os.environ) != environ:
+        os.environ.clear()
+        os.environ.update(environ)
+
+
+@pytest.fixture
+def single_thread():
+    """One torch thread for this test (tiny models run faster without thread hand-offs)."""
+    torch.set_num_threads(1)
+    yield
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ from ragen2.rollout import RolloutConfig, rollout
 from ragen2.rollout.tiny import ScriptedPolicy, tiny_llama, tiny_tokenizer
 from ragen2.run_log import RunLog
 
-torch.set_num_threads(1)
+pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: threads cost more than they save
 GEN_PROMPT = "<|im_start|>assistant\n"
 
 

@@ -11,7 +11,7 @@ import torch
 from ragen2.rollout.chat import ChatFormat, ChatTemplateError, TokenTrajectory, reasoning_span, reply_text
 from ragen2.rollout.tiny import tiny_tokenizer
 
-torch.set_num_threads(1)
+pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: threads cost more than they save
 
 SYSTEM = {"role": "system", "content": "SYS"}
 USER_1 = "\nTurn 1:\nState:\nA\n"

@@ -14,7 +14,7 @@ from ragen2.eval_cli import EVAL_STREAM, episode_statistics, evaluate_policy
 from ragen2.rollout import RolloutConfig, TrajectoryRecord
 from ragen2.rollout.tiny import ScriptedPolicy, tiny_llama, tiny_tokenizer
 
-torch.set_num_threads(1)
+pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: threads cost more than they save
 
 
 def test_statistics_are_over_instances_with_standard_errors():

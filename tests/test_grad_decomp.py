@@ -15,7 +15,7 @@ from ragen2 import grad_decomp
 from ragen2.config import Config
 from ragen2.engines import local
 
-torch.set_num_threads(1)
+pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: threads cost more than they save
 VOCAB, ROWS, WIDTH = 64, 6, 12
 REWARDS = {0: [1.0, 1.0], 1: [0.0, 1.0], 2: [0.0, 0.5]}  # in-group std (ddof 1): 0, 0.7071, 0.3536
 

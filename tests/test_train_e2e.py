@@ -88,8 +88,10 @@ def test_all_zero_spread_skips_every_step_and_stops(tiny_model_dir, tmp_path):
 
 
 def test_sigkill_then_resume_equals_an_uninterrupted_run(tiny_model_dir, tmp_path):
+    # The thread count shapes a run's numbers; pinned, the in-process reference and the child agree
+    # whatever threads this test process happens to run.
     common = ["--model", str(tiny_model_dir), "--filter", "none", "--algo", "ppo", "--steps", "5",
-              "trainer.save_every=1", "rollout.max_new_tokens=24", *TINY]
+              "trainer.save_every=1", "rollout.max_new_tokens=24", "trainer.num_threads=2", *TINY]
     assert _train(["--out", str(tmp_path), "trainer.run_name=full", *common]) == 0
     reference = _deterministic(read_metrics(tmp_path / "full"))
 
