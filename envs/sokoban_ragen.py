@@ -118,7 +118,8 @@ def _reverse_play(structure: bytearray, dim_y: int, player: int, targets: list[i
         explored.add(key)
         return [state, player, boxes, swaps, last_pull, ttl, 0]
 
-    stack = [enter(state, player, list(targets), 0, -1, search_depth)]
+    root = enter(state, player, list(targets), 0, -1, search_depth)
+    stack = [root] if root is not None else []
     while stack:
         frame = stack[-1]
         state, player, boxes, swaps, last_pull, ttl, action = frame
@@ -207,5 +208,5 @@ def generate_ragen_room(seed: int, dim_x: int = 6, dim_y: int = 6, num_boxes: in
         return GeneratedRoom(dim_x, dim_y, tuple(structure), boxes, player, solution, score, attempt)
     raise RoomGenerationError(
         f"no {dim_x}x{dim_y} room with {num_boxes} box(es) at search_depth={search_depth} after "
-        f"{MAX_SEED_RETRIES} seeds; use a larger room or fewer boxes")
+        f"{MAX_SEED_RETRIES} seeds; use a larger room, fewer boxes or a deeper search")
 

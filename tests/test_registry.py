@@ -87,11 +87,11 @@ def test_format_penalty_by_default_hits_any_invalid_action_as_in_ragen2():
     _, reward, *_, info = env.step("<think></think><answer>Up || Jump</answer>")
     assert info["actions_executed"] == ["Up"] and info["format_penalty"] == pytest.approx(-0.1)
     assert reward == pytest.approx(-0.2)
-    # Pieces beyond max_actions_per_turn (5) are cut before the check, as RAGEN-2 does.
+    # Pieces beyond max_actions_per_turn (2, RAGEN-2's) are cut before the check, as RAGEN-2 does.
     env.reset(seed=0)
     _load_open_room(env)
-    _, reward, *_, info = env.step("<think></think><answer>Up||Up||Up||Up||Up||Jump</answer>")
-    assert info["format_penalty"] == 0.0 and reward == pytest.approx(5 * -0.1)
+    _, reward, *_, info = env.step("<think></think><answer>Up||Up||Jump</answer>")
+    assert info["format_penalty"] == 0.0 and reward == pytest.approx(2 * -0.1)
 
 
 def test_none_valid_rule_penalises_only_turns_with_nothing_valid():
