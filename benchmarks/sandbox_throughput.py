@@ -20,6 +20,7 @@ import importlib.util
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -135,7 +136,10 @@ def main() -> None:
             before.append(rate(lambda: sandbox_once(old.run_python), args.seconds, 1)["per_s"])
             after.append(rate(sandbox_once, args.seconds, 1)["per_s"])
         report["print1_single_thread"] = {"baseline": args.baseline, "before_per_s": before, "after_per_s": after,
-                                          "after_vs_before": round(sum(after) / sum(before), 3)}
+                                          "after_vs_before": round(sum(after) / sum(before), 3),
+                                          # medians: one stalled measurement on a shared machine moves a mean
+                                          "after_vs_before_median": round(statistics.median(after)
+                                                                          / statistics.median(before), 3)}
         if not args.skip_env:
             report["deepcoder_steps_before"] = deepcoder_steps(args.seconds, old.run_python)
     for count in threads:
