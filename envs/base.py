@@ -32,6 +32,9 @@ DYNAMICS_STREAM = 0x5EED  # separates the dynamics generator from the instance g
 # != len(actions) or not valid_actions`): some parsed action is invalid, or none is valid.
 # none_valid (our earlier rule): only a turn in which no action could run.
 FORMAT_PENALTY_RULES = ("any_invalid", "none_valid")
+# The system prompt's "You can make up to N actions" line. per_traj (RAGEN-2's text): N is
+# the trajectory budget; per_turn (ours): N is the per-turn limit the parser enforces.
+PROMPT_ACTION_LIMITS = ("per_traj", "per_turn")
 
 
 class EnvConfigError(ValueError):
@@ -46,6 +49,7 @@ class EnvConfig:
     max_actions_per_traj: int = 10
     format_penalty: float = -0.1
     format_penalty_rule: str = "any_invalid"  # see FORMAT_PENALTY_RULES
+    prompt_action_limit: str = "per_traj"     # see PROMPT_ACTION_LIMITS
     require_think: bool = True  # False: answer-only mode, `<answer>…</answer>` alone
 
     def __post_init__(self) -> None:
@@ -55,6 +59,9 @@ class EnvConfig:
             raise EnvConfigError(f"max_actions_per_traj must be >= 1, got {self.max_actions_per_traj}")
         if not np.isfinite(self.format_penalty) or self.format_penalty > 0:
             raise EnvConfigError(f"format_penalty must be a finite number <= 0, got {self.format_penalty}")
+        if self.prompt_action_limit not in PROMPT_ACTION_LIMITS:
+            raise EnvConfigError(f"prompt_action_limit must be one of {list(PROMPT_ACTION_LIMITS)}, "
+                                 f"got {self.prompt_action_limit!r}")
         if self.format_penalty_rule not in FORMAT_PENALTY_RULES:
             raise EnvConfigError(f"format_penalty_rule must be one of {list(FORMAT_PENALTY_RULES)}, "
                                  f"got {self.format_penalty_rule!r}")

@@ -5,8 +5,9 @@ user:   "Turn k:\\nState:\\n{obs}\\nYou have {n} actions left. Always output: â€
 assistant: the model's turn
 user:   "Reward:\\n{r}\\n"  (after every assistant turn)
 
-One deliberate difference from RAGEN: the "up to N actions" line states the per-turn
-limit the parser enforces (RAGEN printed the per-trajectory budget there). RAGEN-2 always
+The "up to N actions" line is RAGEN-2's by default: N is the trajectory budget, although
+the parser cuts each turn at `max_actions_per_turn`; `prompt_action_limit="per_turn"`
+states the per-turn limit instead, which is what the model can actually use. RAGEN-2 always
 ends a turn message with "Max response length: {max_tokens} words (tokens)." (100 for
 every env but WebShop's 200); here it appears when `max_response_words` is given.
 """
@@ -33,10 +34,14 @@ def system_message(env: TextEnv) -> dict:
     vocabulary = env.action_vocabulary
     if vocabulary is not None:
         content += "\nYour available actions are:\n" + ", ".join(vocabulary)
-        content += (
-            f"\nYou can make up to {_actions(env.config.max_actions_per_turn)} per turn, "
-            f'separated by the action separator " {ACTION_SEPARATOR} "'
-        )
+        if env.config.prompt_action_limit == "per_traj":  # RAGEN-2's line, verbatim
+            content += (f"\nYou can make up to {env.config.max_actions_per_traj} actions, "
+                        f'separated by the action separator " {ACTION_SEPARATOR} "\n')
+        else:  # the limit the parser enforces
+            content += (
+                f"\nYou can make up to {_actions(env.config.max_actions_per_turn)} per turn, "
+                f'separated by the action separator " {ACTION_SEPARATOR} "'
+            )
     return {"role": "system", "content": content}
 
 

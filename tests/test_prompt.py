@@ -7,8 +7,12 @@ def test_messages_follow_ragens_format():
     obs, _ = env.reset(seed=0)
     system, user = first_turn_messages(env, obs, max_response_words=100)
     assert system["role"] == "system" and system["content"].startswith("You're a helpful assistant. You are solving")
+    # RAGEN-2 ctx_manager: f"\nYou can make up to {max_actions_per_traj} actions, separated by ..." + "\n"
     assert system["content"].endswith(
         "Your available actions are:\nUp, Down, Left, Right\n"
+        'You can make up to 10 actions, separated by the action separator " || "\n')
+    per_turn = envs.make("sokoban", max_actions_per_turn=3, prompt_action_limit="per_turn")
+    assert system_message(per_turn)["content"].endswith(
         'You can make up to 3 actions per turn, separated by the action separator " || "')
     assert user == {"role": "user", "content": (
         f"\nTurn 1:\nState:\n{obs}\nYou have 10 actions left. Always output: <think> [Your thoughts] </think> "
