@@ -368,7 +368,7 @@ def runs(host):
     return {case.name: (case, result) for case, result in zip(cases, results)}, peak[0] - baseline
 
 
-NAMES = [case.name for case in hostile_cases(Host(Path("/x"), 1, 1, "x", None))]
+NAMES = [case.name for case in hostile_cases(Host(Path("/x"), 1, 1, "x", None), total_guard=False)]  # no probing at import
 
 
 def judge(case: Case, verdict: str, stdout: str, stderr: str) -> None:

@@ -60,7 +60,8 @@ _SLOTS = threading.BoundedSemaphore(2 * max(2, os.cpu_count() or 2))
 class SandboxLimits:
     cpu_seconds: int = 2  # RLIMIT_CPU (whole seconds); SIGKILL one second later
     wall_seconds: float = 6.0  # from the program's start to its last byte; then the group is killed
-    memory_bytes: int = 256 * 2**20  # RLIMIT_AS per process; with a memory cgroup, the run's total too
+    memory_bytes: int = 256 * 2**20  # RLIMIT_AS per process; with a memory cgroup the run's total too
+                                     # (+16 MiB for launcher and reaper); SysV shm gets half of it
     max_output_bytes: int = 1 * 2**20  # stdout cap; stderr keeps the same cap
     max_processes: int = 8  # RLIMIT_NPROC (threads count too)
     max_file_bytes: int = 8 * 2**20  # RLIMIT_FSIZE
