@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import sys
 
 from ragen2 import audit, bench, envs_cli, eval_cli, plot, train_cli
@@ -13,6 +14,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="ragen2",
         description="Multi-turn RL for LLM agents: environments, training, SNR filtering, collapse audits.",
     )
+    parser.add_argument("--version", action="version", version=f"ragen2 {_version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
     envs_cli.add_parser(commands)
@@ -24,6 +26,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ragen2")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def _flag_hint(parser: argparse.ArgumentParser, args, stray: list[str]) -> str:
+    """`--stpes` -> " (did you mean --steps?)", from the flags of the subcommand that was run."""
+    flags = [item.partition("=")[0] for item in stray if item.startswith("--")]
+    if not flags:
+        return ""
+    command = next((action.choices[args.command] for action in parser._actions
+                    if isinstance(action, argparse._SubParsersAction) and args.command in action.choices), parser)
+    known = [option for action in command._actions for option in action.option_strings if option.startswith("--")]
+    hints = [match[0] for flag in flags if (match := difflib.get_close_matches(flag, known, n=1, cutoff=0.6))]
+    return f" (did you mean {', '.join(hints)}?)" if hints else ""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     # KEY=VALUE overrides may come after options (`show sokoban --seed 1 dim_x=8`), where
@@ -31,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     stray = [item for item in extra if "=" not in item or item.startswith("-")]
     if stray or (extra and not hasattr(args, "overrides")):
-        parser.error(f"unrecognized arguments: {' '.join(stray or extra)}")
+        parser.error(f"unrecognized arguments: {' '.join(stray or extra)}{_flag_hint(parser, args, stray)}")
     if extra:
         args.overrides = [*args.overrides, *extra]
     try:

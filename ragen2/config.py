@@ -165,7 +165,11 @@ class TrainerSection(Section):
     val_temperature: float = Field(0.5, ge=0.0)
     save_every: int = Field(0, ge=0)  # 0 = only at the end
     keep_last: int = Field(2, ge=1)
-    wandb: bool = False
+    wandb: bool = False  # log to wandb (`wandb login` / WANDB_MODE / WANDB_* decide how); --resume continues its run
+    wandb_project: str = "ragen2"  # WANDB_PROJECT wins where set
+    wandb_entity: str | None = None  # WANDB_ENTITY wins where set
+    wandb_name: str | None = None  # None = the run directory's name
+    wandb_tags: list[str] = Field(default_factory=list)
     tensorboard: bool = False
 
 
@@ -273,17 +277,55 @@ def _read_yaml(path: Path) -> dict:
     return data
 
 
+def _preset_key(name: str) -> str:
+    """Preset names match as the libraries match names: case, `_` and `-` do not matter."""
+    return name.lower().replace("_", "-")
+
+
 def _preset(group: str, name: str) -> dict:
     """`name` is a preset in configs/<group>/ or a path to a YAML file."""
     path = Path(name)
     if path.suffix in (".yaml", ".yml") and path.exists():
         return _read_yaml(path)
     folder = CONFIG_DIR / group
-    candidate = folder / f"{name}.yaml"
-    if not candidate.exists():
-        available = sorted(p.stem for p in folder.glob("*.yaml"))
-        raise ConfigError(f"unknown {group[:-1]} preset '{name}'; available: {available}")
+    by_key = {_preset_key(p.stem): p for p in folder.glob("*.yaml")}
+    candidate = by_key.get(_preset_key(name))
+    if candidate is None and group == "envs":
+        return _env_preset(name, by_key)
+    if candidate is None:
+        close = difflib.get_close_matches(_preset_key(name), sorted(by_key), n=1)
+        hint = f" (did you mean {by_key[close[0]].stem}?)" if close else ""
+        raise ConfigError(f"unknown {group[:-1]} preset '{name}'{hint}; available: {sorted(p.stem for p in by_key.values())}")
     return _read_yaml(candidate)
+
+
+def _preset_name(group: str, name: str) -> str:
+    """The preset's own spelling (its file name), for labels and run names."""
+    for path in (CONFIG_DIR / group).glob("*.yaml"):
+        if _preset_key(path.stem) == _preset_key(name):
+            return path.stem
+    return name
+
+
+def _env_preset(name: str, by_key: dict[str, Path]) -> dict:
+    """An env without a preset file of its own (larger_sokoban, bandit_rev, …) takes the preset of
+    the env it is a variant of (same class: its turns and lengths), under its own name."""
+    import envs
+
+    try:
+        entry = envs.spec(name)
+    except envs.EnvConfigError as error:
+        raise ConfigError(str(error)) from None
+    for path in by_key.values():
+        preset = _read_yaml(path)
+        family = (preset.get("env") or {}).get("name")
+        try:
+            if family and envs.spec(family).env_cls is entry.env_cls:
+                env_section = {"name": entry.name}  # the variant's own defaults, not the family's overrides
+                return {**preset, "env": env_section}
+        except envs.EnvConfigError:
+            continue
+    return {"env": {"name": entry.name}}
 
 
 def _merge(base: dict, update: dict) -> dict:
@@ -347,6 +389,16 @@ def build_config(data: dict) -> Config:
         raise ConfigError(_format_errors(error)) from None
 
 
+def _env_choice(env: str | None, overrides) -> str | None:
+    """`env.name=X` picks env X as `--env X` does: the env's preset, not the previous env's settings."""
+    named = [item.partition("=")[2].strip() for item in overrides if item.partition("=")[0].strip() == "env.name"]
+    if not named:
+        return env
+    if env is not None and _preset_key(named[-1]) != _preset_key(env):
+        raise ConfigError(f"the env is given twice: --env {env} and env.name={named[-1]}; give it once")
+    return env or named[-1]
+
+
 def load_config(*, env: str | None = None, algo: str | None = None, filter: str | None = None,
                 overrides: list[str] = (), base: Path | None = None, extra: list[Path] = ()) -> Config:
     """Compose the layers, validate once, and return the config.
@@ -354,13 +406,14 @@ def load_config(*, env: str | None = None, algo: str | None = None, filter: str 
     `extra` YAML files (e.g. configs/paper/*.yaml) are merged after the presets, before overrides.
     """
     data = _read_yaml(base or CONFIG_DIR / "base.yaml")
+    env = _env_choice(env, overrides)
     if env is not None:
         preset = _preset("envs", env)
         data = _merge({k: v for k, v in data.items() if k != "env"}, preset)  # the env section is replaced whole
     if algo is not None:
         data = _merge(data, _preset("algos", algo))
     if filter is not None:
-        data = _merge(data, {"filter": {"preset": filter, **_preset("filters", filter)}})
+        data = _merge(data, {"filter": {"preset": _preset_name("filters", filter), **_preset("filters", filter)}})
     for path in extra:
         if not Path(path).is_file():
             raise ConfigError(f"config file {path} does not exist")

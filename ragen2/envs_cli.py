@@ -31,8 +31,10 @@ def add_parser(commands) -> None:
         command.add_argument("name", nargs="?", default=DEFAULT_ENV,
                              help=f"env name (see `ragen2 envs list`; default {DEFAULT_ENV})")
         command.add_argument("--seed", type=int, default=0, help="instance seed (default 0)")
+        command.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", dest="env_args",
+                             help="env config key, repeatable (as in train, eval, audit), e.g. --env-arg dim_x=8")
         command.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
-                             help="config overrides, e.g. dim_x=8 max_actions_per_turn=3")
+                             help="the same as --env-arg: dim_x=8 max_actions_per_turn=3")
         command.set_defaults(run=run)
 
 
@@ -57,7 +59,7 @@ def run_list(args) -> int:
 
 
 def _make_env(args) -> TextEnv:
-    name, overrides = args.name, list(args.overrides)
+    name, overrides = args.name, [*getattr(args, "env_args", []), *args.overrides]
     if "=" in name:  # `ragen2 envs show dim_x=8`: an override, not a name
         name, overrides = DEFAULT_ENV, [name, *overrides]
     raw = {}

@@ -49,8 +49,10 @@ def add_parser(commands) -> None:
     parser.add_argument("--temperature", type=float, help="sampling temperature (default: the run's validation one)")
     parser.add_argument("--max-turns", type=int, help="default: the run's rollout.max_turns")
     parser.add_argument("--max-new-tokens", type=int, help="default: the run's rollout.max_new_tokens")
-    parser.add_argument("--env-override", action="append", default=[], metavar="KEY=VALUE",
-                        help="env config key (repeatable); the run's own env overrides carry over where they fit")
+    parser.add_argument("--env-arg", "--env-override", dest="env_override", action="append", default=[],
+                        metavar="KEY=VALUE",
+                        help="env config key (repeatable; as in train, audit, envs); the run's own env overrides "
+                             "carry over where they fit")
     parser.add_argument("--device", help="cpu, cuda, cuda:N (default: the run's model.device)")
     parser.add_argument("--out", type=Path, help="JSON path (default RUN/eval/<checkpoint>-<env>.json, or "
                                                  "eval/<model>-<env>.json)")

@@ -59,15 +59,9 @@ class RunLog:
         self._started = time.time()
 
     def _start_wandb(self, config_dict: dict):
-        try:
-            import os
+        from ragen2 import wandb_log
 
-            import wandb
-        except ImportError:
-            self.event("warning", message="wandb requested but not installed: pip install wandb")
-            return None
-        mode = "online" if os.environ.get("WANDB_API_KEY") else "offline"
-        return wandb.init(project="ragen2", dir=str(self.run_dir), config=config_dict, mode=mode)
+        return wandb_log.start(self.run_dir, config_dict, lambda message: self.event("warning", message=message))
 
     def step(self, step: int, metrics: dict) -> None:
         row = {"step": step, **{k: _jsonable(v) for k, v in metrics.items()}}

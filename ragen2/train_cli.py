@@ -20,8 +20,11 @@ def add_parser(commands) -> None:
     parser.add_argument("--env", help="env preset in configs/envs (default: base.yaml's env)")
     parser.add_argument("--algo", help="algo preset in configs/algos: ppo, grpo, dr-grpo, dapo, starpo, starpo-s")
     parser.add_argument("--filter", help="filter preset in configs/filters: none, starpo-s, snr-top-p, …")
+    parser.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE",
+                        help="env config key, repeatable (as in eval, audit, envs): --env-arg dim_x=8 is "
+                             "env.overrides.dim_x=8")
     parser.add_argument("--config", action="append", default=[], metavar="YAML",
-                        help="extra YAML merged after base.yaml (e.g. configs/paper/sokoban-ppo.yaml); repeatable")
+                        help="extra YAML merged after base.yaml (e.g. configs/paper/ragen2-main.yaml); repeatable")
     parser.add_argument("--model", help="'bundled' (SmolLM2-135M-Instruct), a hub id or a local path")
     parser.add_argument("--out", help="parent folder for run directories (default runs/)")
     parser.add_argument("--seed", type=int, help="trainer seed")
@@ -49,6 +52,11 @@ def compose(args):
             presets[key] = value
         else:
             overrides.append(item)
+    for item in getattr(args, "env_arg", []):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--env-arg {item!r} is not KEY=VALUE (e.g. --env-arg dim_x=8)")
+        overrides.append(f"env.overrides.{key.strip()}={value}")
     flags = {"model.name": args.model, "trainer.out": args.out, "trainer.seed": args.seed,
              "trainer.total_steps": args.steps}
     overrides += [f"{key}={value}" for key, value in flags.items() if value is not None]

@@ -130,7 +130,7 @@ def test_bundled_suites_expand_to_their_documented_sizes():
     ({"matrices": [{"name": "a", "algos": ["ppo"], "envs": [None], "compare": "env"}]}, "compare: 'env' is not one"),
     ({"matrices": [{"name": "a", "algos": ["ppo"], "envs": [None], "variants": {"v": ["oops"]}}]},
      "variants.v: 'oops' is not KEY=VALUE"),
-    ({"matrices": [{"name": "a", "algos": ["ppo"], "envs": ["atari"]}]}, "unknown env preset 'atari'"),
+    ({"matrices": [{"name": "a", "algos": ["ppo"], "envs": ["atari"]}]}, "unknown env 'atari'; registered envs"),
 ])
 def test_bad_suites_fail_naming_the_key(tmp_path, change, message):
     data = {"name": "t", "seeds": [0], "matrices": [{"name": "a", "algos": ["ppo"], "envs": [None]}], **change}
