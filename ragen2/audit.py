@@ -11,22 +11,22 @@ LoRA adapters, if the run used them) plus the saved weights.
 The verdict reads two things: does the reasoning identify its own prompt better than
 chance (retrieval accuracy@1 against 1/N, as a z-score over the rows), and is the
 reasoning still varied (policy token entropy). Varied reasoning that does not identify
-its input is template collapse; see `verdict` for the exact rule.
+its input is template collapse, but only with enough rows from a model that mostly writes
+the format; otherwise the verdict is "inconclusive" and says what to change. The exact
+rules are in `audit_verdict.py`. `--compare-base` audits a checkpoint's base model on the
+same instances and prints the differences.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ragen2.audit_verdict import compare_with_base, model_verdict, retrieval_zscore, run_verdict  # noqa: F401
+
 AUDIT_STREAM = 424_242  # seeds audit instances apart from training and validation ones
-RETRIEVAL_Z_CLEAR = 2.0  # retrieval above chance by this many binomial std errors: input-dependent
-RETRIEVAL_Z_WEAK = 1.0
-ENTROPY_FLOOR = 0.3  # nats/token: below it the sampled text is close to deterministic
-MIN_ROWS = 4
 
 
 @dataclass
@@ -152,39 +152,9 @@ def audit_model(policy, tokenizer, env_factory, settings: AuditSettings) -> dict
     return numbers
 
 
-def retrieval_zscore(accuracy: float, chance: float, rows: int) -> float:
-    """How far accuracy@1 is above chance, in binomial standard errors of `rows` draws."""
-    if rows <= 0 or not 0 < chance < 1:
-        return float("nan")
-    return (accuracy - chance) / math.sqrt(chance * (1 - chance) / rows)
-
-
 def verdict(numbers: dict) -> tuple[str, str]:
-    """(label, explanation) from `audit_model`'s numbers.
-
-    Too few reasoning rows or prompts: inconclusive. Retrieval z >= 2 with MI > 0: the
-    reasoning depends on its input (healthy). Otherwise, with policy entropy above
-    ENTROPY_FLOOR: template collapse (varied reasoning, blind to the input); below it:
-    low-diversity output, where entropy collapse and template collapse look alike.
-    z in [1, 2) is reported as weak evidence either way.
-    """
-    rows = int(numbers.get("num_rows", 0))
-    if numbers.get("skipped_too_few_groups") or rows < MIN_ROWS or numbers.get("num_distinct_prompts", 0) < 2:
-        return ("inconclusive", f"only {rows} reasoning segments over {int(numbers.get('num_distinct_prompts', 0))} "
-                                "prompts: the model rarely wrote <think>…</think>; roll out more groups or train "
-                                "the format first")
-    accuracy, chance = numbers["retrieval_accuracy@1"], numbers["retrieval_chance_level@1"]
-    z = retrieval_zscore(accuracy, chance, rows)
-    entropy, mi = numbers.get("policy_entropy", float("nan")), numbers["mi_estimate"]
-    facts = (f"retrieval accuracy@1 {accuracy:.3f} vs chance {chance:.3f} (z = {z:.2f} over {rows} rows), "
-             f"MI {mi:.4f} nats, MI z-score {numbers['mi_zscore']:.3f}, policy entropy {entropy:.3f} nats/token")
-    if z >= RETRIEVAL_Z_CLEAR and mi > 0:
-        return "input-dependent", f"the reasoning identifies its own prompt well above chance: {facts}"
-    if z >= RETRIEVAL_Z_WEAK and mi > 0:
-        return "weak input dependence", f"above chance, but not clearly (sample more groups): {facts}"
-    if entropy >= ENTROPY_FLOOR:
-        return "template collapse suspected", f"the reasoning varies but does not identify its input: {facts}"
-    return "low diversity", f"near-deterministic output that does not identify its input: {facts}"
+    """(label, explanation) from `audit_model`'s numbers; the rule is `audit_verdict.model_verdict`."""
+    return model_verdict(numbers)
 
 
 # --- the command -------------------------------------------------------------------------------
@@ -195,26 +165,45 @@ def add_parser(commands) -> None:
         "audit", help="collapse diagnostics: HTML report for a run, or a verdict for any model",
         description="ragen2 audit RUN_DIR writes an HTML report and a JSON summary; "
                     "ragen2 audit --model PATH_OR_ID --env NAME probes fresh rollouts and prints a verdict.")
-    parser.add_argument("run_dir", nargs="?", type=Path, help="a ragen2 run directory to report on")
+    parser.add_argument("run_dir", nargs="?", type=Path, metavar="RUN_DIR",
+                        help="a ragen2 run directory to report on (or use --model instead)")
     parser.add_argument("--out", type=Path, help="report folder (default RUN_DIR/audit)")
-    parser.add_argument("--target", default="rollout/success_rate", help="metric the proxies are correlated with")
-    parser.add_argument("--model", help="bundled | hub id | model dir | run dir | checkpoints/step_N[/policy]")
+    parser.add_argument("--target", default="rollout/success_rate",
+                        help="metric the proxies are rank-correlated with (default rollout/success_rate)")
+    parser.add_argument("--model", help="model to probe instead of a run: bundled | hub id | model dir | run dir | "
+                                        "checkpoints/step_N[/policy]")
     parser.add_argument("--env", help="env to roll out (default: the checkpoint's run env, else bandit)")
-    parser.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env config override")
+    parser.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE",
+                        help="env config override, repeatable (e.g. --env-arg dim_x=8)")
+    helps = {"groups": "instances (prompts) to roll out; more gives more reasoning rows",
+             "group_size": "rollouts per instance", "max_turns": "turns per rollout",
+             "max_new_tokens": "tokens per turn (the reasoning must close within them)",
+             "temperature": "sampling temperature", "mode": "first_turn: reasoning of turn 1 against every "
+             "instance's first prompt; trajectory: any turn against the other contexts",
+             "num_samples": "most (reasoning, prompt) rows the probe scores", "seed": "seed of instances and sampling"}
     for name, default in asdict(AuditSettings()).items():
         flag = "--" + name.replace("_", "-")
+        text = f"{helps[name]} (default {default})"
         if name == "mode":
-            parser.add_argument(flag, default=default, choices=("first_turn", "trajectory"))
+            parser.add_argument(flag, default=default, choices=("first_turn", "trajectory"), help=text)
         else:
-            parser.add_argument(flag, type=type(default), default=default)
+            parser.add_argument(flag, type=type(default), default=default, help=text)
+    parser.add_argument("--compare-base", action="store_true",
+                        help="for a checkpoint: also audit the base model named in its config.yaml on the same "
+                             "instances and print the differences (twice the time)")
     parser.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
     parser.add_argument("--json", type=Path, help="also write the model audit's numbers here")
     parser.set_defaults(run=run_audit)
 
 
 def run_audit(args) -> int:
-    if (args.run_dir is None) == (args.model is None):
-        print("error: give either RUN_DIR (report on a run) or --model (audit a model), not both", file=sys.stderr)
+    if args.run_dir is None and args.model is None:
+        print("error: give RUN_DIR (report on a run: ragen2 audit runs/NAME) or --model (probe a model: "
+              "ragen2 audit --model bundled --env bandit)", file=sys.stderr)
+        return 2
+    if args.run_dir is not None and args.model is not None:
+        print("error: give RUN_DIR or --model, not both (--model runs/NAME probes that run's latest checkpoint)",
+              file=sys.stderr)
         return 2
     try:
         return _report(args) if args.run_dir is not None else _model_audit(args)
@@ -227,9 +216,11 @@ def _report(args) -> int:
     from ragen2.audit_report import build_report
 
     result = build_report(args.run_dir, args.out, args.target)
-    alerts = result["data"]["alerts"]
+    data = result["data"]
+    alerts = data["alerts"]
     print(f"wrote {result['html']} and {result['summary']}")
-    print(f"  {len(alerts)} alert(s)" + "".join(f"\n  step {a['step']}: {a['message']}" for a in alerts))
+    print(f"verdict: {data['verdict']['label']}" + "".join(f"\n  {line}" for line in data["verdict"]["lines"]))
+    print(f"  {len(alerts)} alert(s)" + "".join(f"\n  step {a['step'] + 1}: {a['message']}" for a in alerts))
     for entry in result["data"]["spearman"]:
         if entry["rho"] is not None:
             print(f"  Spearman({entry['proxy']}, {args.target}) = {entry['rho']:+.3f} (n={entry['n']})")
@@ -276,6 +267,16 @@ def _model_audit(args) -> int:
     print(f"verdict: {label}\n  {explanation}")
     print(f"  success {numbers['success_rate']:.3f} | format ok {numbers['format_ok_fraction']:.3f} | "
           f"turns with reasoning {numbers['think_span_fraction']:.3f}")
+    if args.compare_base:
+        if spec.weights is None:
+            print("  --compare-base: not a checkpoint, so there is no base model to compare with")
+        else:
+            base_name = spec.run_config.get("model", {}).get("name", "bundled")
+            print(f"auditing the base model {base_name} on the same instances ...", file=sys.stderr)
+            base_policy, _ = load_model(ModelSpec(spec.source), args.device)
+            base = audit_model(base_policy, tokenizer, factory, settings)
+            numbers["base"] = {**base, "verdict": verdict(base)[0]}
+            print(f"  {compare_with_base(numbers, base)}")
     if args.json is not None:
         args.json.write_text(json.dumps(numbers, indent=1))
     return 0

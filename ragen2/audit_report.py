@@ -6,6 +6,10 @@ entropy, in-group reward std, success) with the collapse alerts marked; the Spea
 correlation of each proxy with the success rate over the steps where both were logged
 (RAGEN-2 compares proxies this way); and the gradient decomposition by reward-std bucket.
 
+Steps are 1-based in everything drawn or written for people (plots, HTML, the console), as
+the training console counts them ("step 1/6"): metrics.jsonl's 0-based `step` field + 1.
+summary.json keeps the logged 0-based `step` values.
+
 Alerts are the run's logged `alert` events merged with a replay of the same detector over
 the logged series (thresholds from the run's config), so a run that predates the detector,
 or one whose events file was lost, is still audited.
@@ -24,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import mi_probe
+from ragen2.audit_verdict import run_verdict
 from ragen2.run_log import EVENTS_FILE, read_metrics
 
 SUCCESS_KEY = "rollout/success_rate"
@@ -177,15 +182,26 @@ def with_scaled_norms(grad: dict, config: dict) -> dict:
     return grad
 
 
+VERDICT_KEYS = ("rollout/format_ok_fraction", "rollout/think_span_fraction", "probe/num_rows")
+
+
 def series_summary(rows: list[dict]) -> dict[str, dict]:
     out = {}
-    for _, keys in PANELS:
+    for keys in [keys for _, keys in PANELS] + [VERDICT_KEYS]:
         for key in keys:
             steps, values = series(rows, key)
             if values:
                 out[key] = {"n": len(values), "first": values[0], "last": values[-1], "min": min(values),
                             "max": max(values), "first_step": steps[0], "last_step": steps[-1]}
     return out
+
+
+def run_stats(rows: list[dict]) -> dict:
+    """Counts the run verdict reads: probes that scored rows, their largest row count, skipped steps."""
+    probe_rows = [number(r.get("probe/num_rows")) for r in rows if "probe/mi_estimate" in r or "probe/num_rows" in r
+                  or "probe/skipped_too_few_groups" in r]
+    return {"probes": len(probe_rows), "probe_rows_max": max((v for v in probe_rows if v is not None), default=None),
+            "skipped_steps": sum(1 for r in rows if number(r.get("snr/skipped")))}
 
 
 def bound_summary(grad: dict) -> dict:
@@ -230,16 +246,17 @@ def plot_series(rows: list[dict], alerts: list[dict]) -> bytes:
             steps, values = series(rows, key)
             if values:
                 dashed = "chance" in key or "upper_bound" in key
-                axis.plot(steps, values, linestyle="--" if dashed else "-", marker=None if dashed else "o",
+                axis.plot([s + 1 for s in steps], values, linestyle="--" if dashed else "-",
+                          marker=None if dashed else "o",
                           markersize=3, label=key)
                 drawn = True
         for alert in alerts:
-            axis.axvline(alert["step"], color=ALERT_COLOURS.get(alert["kind"], "k"), alpha=0.5, linewidth=1.5)
+            axis.axvline(alert["step"] + 1, color=ALERT_COLOURS.get(alert["kind"], "k"), alpha=0.5, linewidth=1.5)
         axis.set_title(title)
         axis.set_xlabel("step")
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         if drawn:
-            axis.legend(fontsize=7)
+            axis.legend(fontsize=7, loc="best", framealpha=0.6)
         else:
             axis.text(0.5, 0.5, "not logged", ha="center", va="center", transform=axis.transAxes, color="0.5")
     marks = ", ".join(f"{kind}: {colour[4:]}" for kind, colour in ALERT_COLOURS.items())
@@ -272,9 +289,13 @@ def plot_grad(grad: dict, max_steps: int = 3) -> bytes:
         axis.set_xticks([i + width * (len(components) - 1) / 2 for i in range(len(buckets))], labels, fontsize=7)
         if log_scale:
             axis.set_yscale("symlog", linthresh=min(positive))
-        axis.set_title(f"step {step}: gradient norms in the update, by reward-std bucket", fontsize=9)
+        axis.set_title(f"step {step + 1}: gradient norms in the update, by reward-std bucket", fontsize=9)
         axis.legend(fontsize=7)
     return _png(figure)
+
+
+BOUND_UNDEFINED = ("C undefined: no bucket had reward spread\n(every group scored alike),\n"
+                   "so there is no ‖g_task‖/√Var(R|x) ratio")
 
 
 def plot_bound(grad: dict) -> bytes:
@@ -285,24 +306,28 @@ def plot_bound(grad: dict) -> bytes:
         points = [(b["reward_std_mean"], b["task_norm"]) for name, b in buckets.items()
                   if name != "all" and "task_norm" in b and "reward_std_mean" in b]
         if points:
-            axis.scatter([p[0] for p in points], [p[1] for p in points], s=18, label=f"step {step}")
+            axis.scatter([p[0] for p in points], [p[1] for p in points], s=18, label=f"step {step + 1}")
     axis.set_xlim(left=0)  # norms and spreads are >= 0; the bound is a line through the origin
     axis.set_ylim(bottom=0)
     bound = bound_summary(grad)
     if bound["C_max"] is not None:
         right = axis.get_xlim()[1]
         axis.plot([0, right], [0, bound["C_max"] * right], "k--", linewidth=1, label=f"C = {bound['C_max']:.3g}")
+    else:  # no bucket had spread: C = ‖g_task‖/√Var is undefined, and the plot says why
+        axis.text(0.5, 0.5, BOUND_UNDEFINED, ha="center", va="center", transform=axis.transAxes, fontsize=8,
+                  color="0.3", wrap=True)
     axis.set_xlabel("bucket mean in-group reward std √Var(R|x)")
     axis.set_ylabel("‖g_task‖")
     axis.set_title("task gradient vs reward spread", fontsize=9)
-    axis.legend(fontsize=7)
+    if axis.get_legend_handles_labels()[0]:
+        axis.legend(fontsize=7)
     return _png(figure)
 
 
 # --- the report --------------------------------------------------------------------------------
 
 STYLE = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;color:#222}
-table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 10px;text-align:right}
+.scroll{overflow-x:auto;max-width:100%}table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 10px;text-align:right}
 th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}img{max-width:100%}
 .note{color:#666;font-size:90%}code{background:#f6f6f6;padding:0 3px}"""
 
@@ -319,7 +344,7 @@ def _table(header: list[str], rows: list[list]) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{cell if isinstance(cell, str) else _fmt(cell)}</td>" for cell in row)
                    + "</tr>" for row in rows)
-    return f"<table><tr>{head}</tr>{body}</table>"
+    return f"<div class='scroll'><table><tr>{head}</tr>{body}</table></div>"  # wide tables scroll, not cut
 
 
 def _img(png: bytes, alt: str) -> str:
@@ -327,7 +352,14 @@ def _img(png: bytes, alt: str) -> str:
 
 
 def summarise(record: RunRecord, target: str = SUCCESS_KEY) -> dict:
-    """The JSON summary (also the data behind the HTML)."""
+    """The JSON summary (also the data behind the HTML), with the run verdict."""
+    summary = _summary(record, target)
+    label, lines = run_verdict(summary)
+    summary["verdict"] = {"label": label, "lines": lines}
+    return summary
+
+
+def _summary(record: RunRecord, target: str) -> dict:
     cfg = record.config
     grad = with_scaled_norms(grad_decomposition(record.rows), record.config)
     return {
@@ -342,6 +374,7 @@ def summarise(record: RunRecord, target: str = SUCCESS_KEY) -> dict:
         "alerts": collect_alerts(record),
         "grad_decomposition": {str(step): buckets for step, buckets in sorted(grad.items())},
         "bound": bound_summary(grad),
+        "run_stats": run_stats(record.rows),
     }
 
 
@@ -353,11 +386,15 @@ def render_html(summary: dict, images: dict[str, bytes]) -> str:
              f"<p>{summary['steps']} steps · env <b>{_fmt(cfg['env'])}</b> · algo <b>{_fmt(cfg['algo'])}</b> · "
              f"filter <b>{_fmt(cfg['filter'])}</b> · model <b>{_fmt(cfg['model'])}</b> · probe mode "
              f"<b>{_fmt(cfg['probe'].get('mode'))}</b>, every {_fmt(cfg['probe'].get('every'))} steps</p>",
+             f"<h2>Verdict: {html.escape(summary['verdict']['label'])}</h2><ul>"
+             + "".join(f"<li>{html.escape(line)}</li>" for line in summary["verdict"]["lines"]) + "</ul>",
+             "<p class='note'>Steps are counted from 1, as on the training console (metrics.jsonl's "
+             "<code>step</code> field + 1).</p>",
              "<h2>Proxies over training</h2>", _img(images["series"], "collapse proxies over steps")]
     alerts = summary["alerts"]
     parts.append("<h2>Alerts</h2>")
     parts.append(_table(["step", "kind", "source", "message"],
-                        [[a["step"], a["kind"], a["source"], html.escape(a["message"])] for a in alerts])
+                        [[a["step"] + 1, a["kind"], a["source"], html.escape(a["message"])] for a in alerts])
                  if alerts else "<p>No alert: no template collapse, reward-std cliff or gradient-norm spike.</p>")
     parts.append(f"<h2>Spearman correlation with <code>{html.escape(summary['target'])}</code></h2>")
     parts.append(_table(["proxy", "metric", "steps", "Spearman ρ", "p-value", "note"],
@@ -375,15 +412,17 @@ def render_html(summary: dict, images: dict[str, bytes]) -> str:
         keys = ["reward_std_mean", "num_groups", "num_tokens", "task_norm", "entropy_scaled_norm", "kl_scaled_norm",
                 "total_norm", "entropy_norm", "kl_norm", "task_norm_per_token", "cos_task_entropy", "cos_task_kl"]
         order = sorted((b for b in buckets if b != "all"), key=lambda b: int(b.split("_")[1])) + ["all"]
-        parts.append(f"<p>Step {last_step}:</p>")
+        parts.append(f"<p>Step {int(last_step) + 1}:</p>")
         parts.append(_table(["bucket", *keys], [[b, *[buckets.get(b, {}).get(k) for k in keys]] for b in order]))
         parts.append("<p class='note'><code>*_scaled_norm</code> is the norm times its coefficient in the loss "
                      "(entropy_coef, kl_coef): what the term adds to the update, and what sits beside "
                      "<code>task_norm</code> in the plot (RAGEN-2 logs these). <code>entropy_norm</code> and "
                      "<code>kl_norm</code> are the unscaled gradients of the terms.</p>")
         bound = summary["bound"]
+        c_text = _fmt(bound["C_max"]) if bound["C_max"] is not None else (
+            "undefined (no bucket had reward spread: every group's rollouts scored the same)")
         parts.append(f"<p class='note'>Largest ‖g_task‖ / √Var(R|x) over buckets with spread: C ≈ "
-                     f"{_fmt(bound['C_max'])}; largest ‖g_task‖ in zero-spread buckets: "
+                     f"{c_text}; largest ‖g_task‖ in zero-spread buckets: "
                      f"{_fmt(bound['task_norm_in_zero_std_buckets_max'])} (the bound says 0 for a group whose "
                      f"members all scored the same; a PPO critic's advantages can break that).</p>")
     else:

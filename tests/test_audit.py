@@ -160,7 +160,8 @@ def fixture_run(tmp_path):
                "rollout/in_group_reward_std_mean": REWARD_STD[step],
                "actor/entropy": ENTROPY[step], "probe/mi_zscore_ema": MI_SERIES[step],
                "probe/mi_estimate": MI_SERIES[step] / 10, "probe/retrieval_accuracy@1": 0.9 - 0.1 * step,
-               "probe/retrieval_chance_level@1": 0.25}
+               "probe/retrieval_chance_level@1": 0.25, "probe/num_rows": 32.0,
+               "rollout/format_ok_fraction": 0.5 + step / 16}
         if step == 5:
             for bucket, std, task in (("bucket_1", 0.0, 0.01), ("bucket_2", 0.5, 0.8), ("all", 0.25, 0.4)):
                 row.update({f"grad/{bucket}/reward_std_mean": std, f"grad/{bucket}/task_norm": task,
@@ -179,10 +180,15 @@ def fixture_run(tmp_path):
 def test_audit_report_numbers_html_and_json(fixture_run, tmp_path, capsys):
     out = tmp_path / "report"
     assert _cli([str(fixture_run), "--out", str(out)]) == 0
-    assert "2 alert(s)" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    # the console gives the verdict and its key numbers, steps 1-based (logged step 6 = step 7)
+    assert "verdict: template collapse" in printed and "2 alert(s)" in printed
+    assert "format ok 0.50 -> 0.94" in printed and "8 probe(s), at most 32 reasoning rows each" in printed
+    assert "template-collapse alert at step 7" in printed and "step 3: spike" in printed
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary) == {"run_dir", "steps", "config", "target", "series", "spearman", "alerts",
-                            "grad_decomposition", "bound"}
+                            "grad_decomposition", "bound", "run_stats", "verdict"}
+    assert summary["run_stats"] == {"probes": 8, "probe_rows_max": 32.0, "skipped_steps": 0}
     table = {entry["key"]: entry for entry in summary["spearman"]}
     want = stats.spearmanr(MI_SERIES, SUCCESS)
     assert table["probe/mi_zscore_ema"]["rho"] == pytest.approx(want.statistic)
@@ -204,7 +210,10 @@ def test_audit_report_numbers_html_and_json(fixture_run, tmp_path, capsys):
                                 "task_norm_in_zero_std_buckets_max": 0.01}
     page = (out / "report.html").read_text()
     assert page.count('src="data:image/png;base64,') == 3  # proxies, grad bars, bound scatter
-    assert "Spearman" in page and "template_collapse" in page
+    assert "Spearman" in page and "template_collapse" in page and "Verdict: template collapse" in page
+    # wide tables scroll inside the page instead of being cut at its width; grad table: 1-based step
+    assert page.count("<div class='scroll'><table>") == 3 and "overflow-x:auto" in page
+    assert "<p>Step 6:</p>" in page
     for name in ("series", "grad", "bound"):
         assert (out / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -246,6 +255,34 @@ def test_audit_of_a_run_without_grad_metrics_and_bad_input(fixture_run, tmp_path
     assert "not a directory" in capsys.readouterr().err
     assert _cli([str(fixture_run), "--model", "bundled"]) == 2
     assert "not both" in capsys.readouterr().err
+    assert _cli([]) == 2
+    err = capsys.readouterr().err
+    assert "give RUN_DIR" in err and "or --model" in err and "not both" not in err
+
+
+def test_bound_without_spread_says_why_c_is_undefined(fixture_run, tmp_path, monkeypatch):
+    from matplotlib.axes import Axes
+
+    from ragen2 import audit_report
+
+    texts = []
+    real_text = Axes.text
+    monkeypatch.setattr(Axes, "text", lambda self, x, y, s, *a, **k: texts.append(s) or real_text(self, x, y, s, *a, **k))
+    grad = {0: {"bucket_1": {"task_norm": 0.0, "reward_std_mean": 0.0}, "all": {"task_norm": 0.0,
+                                                                              "reward_std_mean": 0.0}}}
+    assert audit_report.bound_summary(grad)["C_max"] is None
+    assert audit_report.plot_bound(grad)[:8] == b"\x89PNG\r\n\x1a\n"
+    assert texts == [audit_report.BOUND_UNDEFINED]
+
+
+def test_help_of_every_audit_option():
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    audit.add_parser(parser.add_subparsers())
+    sub = parser._subparsers._group_actions[0].choices["audit"]
+    missing = [a.dest for a in sub._actions if a.dest != "help" and not a.help]
+    assert missing == []
 
 
 # --- `ragen2 audit --model` ------------------------------------------------------------------
@@ -253,13 +290,23 @@ def test_audit_of_a_run_without_grad_metrics_and_bad_input(fixture_run, tmp_path
 
 def test_verdict_rules():
     base = {"num_rows": 32, "num_distinct_prompts": 8, "retrieval_chance_level@1": 0.125, "mi_estimate": 0.3,
-            "mi_zscore": 0.5, "policy_entropy": 1.0}
+            "mi_zscore": 0.5, "policy_entropy": 1.0, "format_ok_fraction": 0.8}
     # z = (acc - 0.125) / sqrt(0.125 * 0.875 / 32) = (acc - 0.125) / 0.05846
     assert audit.verdict({**base, "retrieval_accuracy@1": 0.5})[0] == "input-dependent"  # z = 6.4
     assert audit.verdict({**base, "retrieval_accuracy@1": 0.2})[0] == "weak input dependence"  # z = 1.28
     assert audit.verdict({**base, "retrieval_accuracy@1": 0.125})[0] == "template collapse suspected"
     assert audit.verdict({**base, "retrieval_accuracy@1": 0.125, "policy_entropy": 0.1})[0] == "low diversity"
     assert audit.verdict({"skipped_too_few_groups": 1.0, "num_pairs": 1.0})[0] == "inconclusive"
+    # issue 17's untrained model: 10 rows, format ok 0.031 -> no claim, and what to change
+    label, why = audit.verdict({**base, "num_rows": 10, "retrieval_accuracy@1": 0.0, "format_ok_fraction": 0.031})
+    assert label == "inconclusive" and "only 10 reasoning segments over 8 prompts" in why and "--groups" in why
+    # enough rows but few well-formed turns: no negative claim (collapse) ...
+    label, why = audit.verdict({**base, "retrieval_accuracy@1": 0.125, "format_ok_fraction": 0.1})
+    assert label == "inconclusive" and "only 0.10 of turns were well-formed" in why
+    assert audit.verdict({**base, "retrieval_accuracy@1": 0.2, "format_ok_fraction": float("nan")})[0] == "inconclusive"
+    # ... but clear positive evidence stands: it cannot come from prompt-blind reasoning
+    assert audit.verdict({**base, "retrieval_accuracy@1": 0.5, "format_ok_fraction": 0.1})[0] == "input-dependent"
+    assert audit.verdict({**base, "num_distinct_prompts": 3, "retrieval_accuracy@1": 0.9})[0] == "inconclusive"
     assert audit.retrieval_zscore(0.5, 0.125, 32) == pytest.approx(0.375 / math.sqrt(0.125 * 0.875 / 32))
 
 
@@ -292,3 +339,51 @@ def test_model_audit_loads_a_checkpoint_on_its_base_and_prints_a_verdict(tok, tm
     assert numbers["env"] == "bandit" and math.isfinite(numbers["policy_entropy"])
     assert _cli(["--model", str(tmp_path / "nowhere")]) == 2
     assert _cli(["--model", str(tmp_path)]) == 2  # a folder that is none of the accepted kinds
+
+
+def test_compare_with_base_lists_the_differences():
+    base = {"num_rows": 32, "num_distinct_prompts": 8, "retrieval_accuracy@1": 0.125,
+            "retrieval_chance_level@1": 0.125, "mi_estimate": 0.01, "policy_entropy": 1.5, "format_ok_fraction": 0.1,
+            "success_rate": 0.25}
+    trained = {**base, "retrieval_accuracy@1": 0.5, "mi_estimate": 0.4, "format_ok_fraction": 0.9}
+    line = audit.compare_with_base(trained, base)
+    assert line.startswith("vs base model (verdict: inconclusive): ")
+    assert "retrieval@1 0.125 -> 0.500 (+0.375)" in line and "format ok 0.10 -> 0.90 (+0.80)" in line
+    assert "success 0.250 -> 0.250 (+0.000)" in line
+
+
+# --- the run verdict, from hand-built summaries ---------------------------------------------------
+
+
+def _summary(steps=6, probes=6, rows=32.0, std_max=0.4, skipped=0, alerts=()):
+    series = {"rollout/format_ok_fraction": {"n": steps, "first": 0.2, "last": 0.9, "max": 0.9},
+              "rollout/in_group_reward_std_mean": {"n": steps, "first": 0.1, "last": 0.3, "max": std_max},
+              "rollout/success_rate": {"n": steps, "first": 0.0, "last": 0.5, "max": 0.5},
+              "probe/mi_zscore_ema": {"n": probes, "first": 0.3, "last": 1.2, "max": 1.2},
+              "probe/retrieval_accuracy@1": {"n": probes, "first": 0.5, "last": 0.75, "max": 0.75},
+              "probe/retrieval_chance_level@1": {"n": probes, "first": 0.25, "last": 0.25, "max": 0.25}}
+    return {"steps": steps, "series": series, "alerts": list(alerts),
+            "run_stats": {"probes": probes, "probe_rows_max": rows if probes else None, "skipped_steps": skipped}}
+
+
+def test_run_verdict_rules():
+    label, lines = audit.run_verdict(_summary())
+    assert label == "no collapse detected"
+    assert lines == ["6 steps; format ok 0.20 -> 0.90; success 0.00 -> 0.50; in-group reward std max 0.400; "
+                     "6 probe(s), at most 32 reasoning rows each",
+                     "MI-ZScore-EMA 0.30 -> 1.20, retrieval@1 last 0.75 vs chance 0.25"]
+    label, lines = audit.run_verdict(_summary(std_max=0.0))
+    assert label == "inconclusive" and lines[1].startswith("no reward spread: every group's rollouts scored the same")
+    label, lines = audit.run_verdict(_summary(skipped=6))  # the filter skipped every step
+    assert label == "inconclusive" and "6 skipped step(s)" in lines[0] and lines[1].startswith("no reward spread")
+    label, lines = audit.run_verdict(_summary(probes=0))
+    assert label == "inconclusive" and lines[1].startswith("no reasoning to probe: the probe never ran")
+    label, lines = audit.run_verdict(_summary(rows=4.0))
+    assert lines[1].startswith("no reasoning to probe: the probe scored at most 4 reasoning segments (needs 16)")
+    label, lines = audit.run_verdict(_summary(std_max=0.0, probes=0))  # both said, spread first
+    assert [line.split(":")[0] for line in lines[1:]] == ["no reward spread", "no reasoning to probe"]
+    label, lines = audit.run_verdict(_summary(probes=2))
+    assert label == "inconclusive" and lines[1].startswith("only 2 probe(s) (a trend needs 3)")
+    alert = {"kind": "template_collapse", "step": 4, "message": "MI-ZScore-EMA fell"}
+    label, lines = audit.run_verdict(_summary(alerts=[alert, {"kind": "grad_norm_spike", "step": 1, "message": ""}]))
+    assert label == "template collapse" and lines[1:] == ["template-collapse alert at step 5: MI-ZScore-EMA fell"]

@@ -1,0 +1,159 @@
+"""The audit's verdicts, as explicit rules (tested with hand-built numbers in tests/test_audit.py).
+
+Two verdicts:
+
+* `model_verdict(numbers)` for `ragen2 audit --model`: one probed batch of fresh rollouts.
+* `run_verdict(summary)` for `ragen2 audit RUN_DIR`: the logged series of a run.
+
+Both refuse to overclaim. A claim that the reasoning is *blind* to its input (template
+collapse, low diversity) needs enough reasoning rows over enough prompts from a model that
+mostly writes the format: with fewer, the verdict is "inconclusive" and says what to change.
+A clear positive finding (retrieval well above chance) needs only enough rows, since it can
+only come from reasoning that does depend on its prompt.
+
+Steps in every sentence here are 1-based (the console's "step 1/6"), i.e. metrics.jsonl's
+0-based `step` field + 1.
+"""
+
+from __future__ import annotations
+
+import math
+
+RETRIEVAL_Z_CLEAR = 2.0  # retrieval above chance by this many binomial std errors: input-dependent
+RETRIEVAL_Z_WEAK = 1.0
+ENTROPY_FLOOR = 0.3  # nats/token: below it the sampled text is close to deterministic
+MIN_ROWS = 16  # reasoning segments the probe scored; below this no verdict at all
+MIN_PROMPTS = 4  # distinct prompts (chance level 1/N); with 2-3 a lucky guess is likely
+MIN_FORMAT_OK = 0.5  # share of well-formed turns needed before the reasoning is called blind
+MIN_PROBES = 3  # logged probes a run needs before its trend means anything
+NO_SPREAD = 1e-9  # in-group reward std at or below this: every rollout of a group scored the same
+
+FORMAT_ADVICE = ("use a model that follows the <think>…</think><answer>…</answer> format, train the format "
+                 "first (a few steps: the format penalty teaches it), or audit a trained checkpoint")
+ROWS_ADVICE = "roll out more groups (--groups, --group-size) or raise --max-new-tokens so the reasoning closes"
+
+
+def retrieval_zscore(accuracy: float, chance: float, rows: int) -> float:
+    """How far accuracy@1 is above chance, in binomial standard errors of `rows` draws."""
+    if rows <= 0 or not 0 < chance < 1:
+        return float("nan")
+    return (accuracy - chance) / math.sqrt(chance * (1 - chance) / rows)
+
+
+def _get(numbers: dict, key: str, default=float("nan")) -> float:
+    value = numbers.get(key, default)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def model_verdict(numbers: dict) -> tuple[str, str]:
+    """(label, explanation) from `audit.audit_model`'s numbers. The rule, in order:
+
+    1. fewer than MIN_ROWS reasoning rows or MIN_PROMPTS prompts: inconclusive (what to change);
+    2. retrieval z >= RETRIEVAL_Z_CLEAR with MI > 0: input-dependent;
+    3. format ok below MIN_FORMAT_OK: inconclusive (the few well-formed answers are no sample of
+       the policy's reasoning);
+    4. z in [RETRIEVAL_Z_WEAK, RETRIEVAL_Z_CLEAR) with MI > 0: weak input dependence;
+    5. otherwise entropy >= ENTROPY_FLOOR: template collapse suspected, else low diversity.
+    """
+    rows = int(_get(numbers, "num_rows", 0))
+    prompts = int(_get(numbers, "num_distinct_prompts", 0))
+    format_ok = _get(numbers, "format_ok_fraction")
+    if numbers.get("skipped_too_few_groups") or rows < MIN_ROWS or prompts < MIN_PROMPTS:
+        why = "the model rarely closed a <think>…</think> block" if rows < MIN_ROWS else "too few distinct prompts"
+        return ("inconclusive", f"only {rows} reasoning segments over {prompts} prompts (a verdict needs at least "
+                                f"{MIN_ROWS} over {MIN_PROMPTS}): {why}. To get one: {ROWS_ADVICE}; "
+                                f"{FORMAT_ADVICE}; use a think-mode env (e.g. --env bandit, not require_think=false)")
+    accuracy, chance = _get(numbers, "retrieval_accuracy@1"), _get(numbers, "retrieval_chance_level@1")
+    z = retrieval_zscore(accuracy, chance, rows)
+    entropy, mi = _get(numbers, "policy_entropy"), _get(numbers, "mi_estimate")
+    facts = (f"retrieval accuracy@1 {accuracy:.3f} vs chance {chance:.3f} (z = {z:.2f} over {rows} rows, "
+             f"{prompts} prompts), MI {mi:.4f} nats, MI z-score {_get(numbers, 'mi_zscore'):.3f}, "
+             f"policy entropy {entropy:.3f} nats/token, format ok {format_ok:.2f}")
+    if z >= RETRIEVAL_Z_CLEAR and mi > 0:
+        return "input-dependent", f"the reasoning identifies its own prompt well above chance: {facts}"
+    if not format_ok >= MIN_FORMAT_OK:  # NaN too: unknown format rate is no basis for a negative claim
+        return ("inconclusive", f"only {format_ok:.2f} of turns were well-formed (a negative verdict needs "
+                                f"{MIN_FORMAT_OK:.2f}): the scored reasoning is a small, selected sample. "
+                                f"{FORMAT_ADVICE}. Numbers: {facts}")
+    if z >= RETRIEVAL_Z_WEAK and mi > 0:
+        return "weak input dependence", f"above chance, but not clearly ({ROWS_ADVICE}): {facts}"
+    if entropy >= ENTROPY_FLOOR:
+        return "template collapse suspected", f"the reasoning varies but does not identify its input: {facts}"
+    return "low diversity", f"near-deterministic output that does not identify its input: {facts}"
+
+
+def compare_with_base(numbers: dict, base: dict) -> str:
+    """One line: how the audited model differs from its base model on the same instances."""
+    parts = []
+    for label, key, digits in (("retrieval@1", "retrieval_accuracy@1", 3), ("MI", "mi_estimate", 4),
+                               ("policy entropy", "policy_entropy", 3), ("format ok", "format_ok_fraction", 2),
+                               ("success", "success_rate", 3)):
+        now, before = _get(numbers, key), _get(base, key)
+        if math.isfinite(now) and math.isfinite(before):
+            parts.append(f"{label} {before:.{digits}f} -> {now:.{digits}f} ({now - before:+.{digits}f})")
+    label, _ = model_verdict(base)
+    return f"vs base model (verdict: {label}): " + (", ".join(parts) if parts else "no common numbers")
+
+
+def _last(series: dict, key: str) -> dict | None:
+    entry = series.get(key)
+    return entry if isinstance(entry, dict) and entry.get("n") else None
+
+
+def run_verdict(summary: dict) -> tuple[str, list[str]]:
+    """(label, lines) for a run from `audit_report.summarise`'s summary. The rule, in order:
+
+    * no reward spread (in-group reward std never above NO_SPREAD, or every step skipped): said
+      plainly, since no step carried a task gradient;
+    * no reasoning to probe (the probe never scored MIN_ROWS rows, or never ran): said plainly;
+    * fewer than MIN_PROBES probes: inconclusive;
+    * a template-collapse alert: "template collapse" with its step;
+    * else "no collapse detected", with the first and last MI-ZScore-EMA and retrieval vs chance.
+    The key numbers (format, reward spread, success, probes) come first either way.
+    """
+    series, stats = summary.get("series", {}), summary.get("run_stats", {})
+    lines, problems = [], []
+    fmt, spread, success = (_last(series, k) for k in ("rollout/format_ok_fraction",
+                                                      "rollout/in_group_reward_std_mean", "rollout/success_rate"))
+    numbers = [f"{summary.get('steps', 0)} steps"]
+    if fmt:
+        numbers.append(f"format ok {fmt['first']:.2f} -> {fmt['last']:.2f}")
+    if success:
+        numbers.append(f"success {success['first']:.2f} -> {success['last']:.2f}")
+    if spread:
+        numbers.append(f"in-group reward std max {spread['max']:.3f}")
+    if stats.get("skipped_steps"):
+        numbers.append(f"{stats['skipped_steps']} skipped step(s)")
+    probes, rows_max = int(stats.get("probes", 0)), stats.get("probe_rows_max")
+    numbers.append(f"{probes} probe(s)" + (f", at most {int(rows_max)} reasoning rows each" if rows_max else ""))
+    lines.append("; ".join(numbers))
+    if (spread is not None and spread["max"] <= NO_SPREAD) or (stats.get("skipped_steps") and
+                                                               stats["skipped_steps"] == summary.get("steps")):
+        problems.append("no reward spread: every group's rollouts scored the same at every step, so no step had "
+                        "a task gradient (only the regularisers moved the policy). Raise rollout.group_size or "
+                        "rollout.temperature, or pick an env/mode the model can sometimes solve")
+    if probes == 0 or not rows_max or rows_max < MIN_ROWS:
+        got = "the probe never ran (set probe.every=1)" if probes == 0 else (
+            f"the probe scored at most {int(rows_max or 0)} reasoning segments (needs {MIN_ROWS})")
+        problems.append(f"no reasoning to probe: {got}. Train in think mode (e.g. --env bandit; the CPU default is "
+                        f"answer-only), give the reasoning room (rollout.max_new_tokens), and probe every step")
+    if problems:
+        return "inconclusive", lines + problems
+    alerts = [a for a in summary.get("alerts", []) if a.get("kind") == "template_collapse"]
+    if alerts:
+        return "template collapse", lines + [f"template-collapse alert at step {a['step'] + 1}: {a['message']}"
+                                             for a in alerts]
+    ema = _last(series, "probe/mi_zscore_ema")
+    retrieval, chance = _last(series, "probe/retrieval_accuracy@1"), _last(series, "probe/retrieval_chance_level@1")
+    trend = []
+    if ema:
+        trend.append(f"MI-ZScore-EMA {ema['first']:.2f} -> {ema['last']:.2f}")
+    if retrieval and chance:
+        trend.append(f"retrieval@1 last {retrieval['last']:.2f} vs chance {chance['last']:.2f}")
+    if probes < MIN_PROBES:
+        return "inconclusive", lines + [f"only {probes} probe(s) (a trend needs {MIN_PROBES}): run more steps with "
+                                        "probe.every=1"] + trend
+    return "no collapse detected", lines + [", ".join(trend) or "probe series present, no collapse alert"]
