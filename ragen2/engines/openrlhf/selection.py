@@ -104,7 +104,8 @@ def rollout_metrics(samples: list, group_size: int) -> dict[str, float]:
         "rollout/num_trajectories": float(len(samples)),
         "rollout/num_groups": float(rewards.shape[0]),
     }
-    scores = [float(torch.as_tensor(s.scores).reshape(-1)[0]) for s in samples if getattr(s, "scores", None) is not None]
+    scores = [float(torch.as_tensor(s.scores).reshape(-1)[0]) for s in samples
+              if getattr(s, "scores", None) is not None]
     if len(scores) == len(samples):
         out["rollout/success_rate"] = sum(scores) / len(scores)
     turns = [_info(s, "env/num_turns") for s in samples]
