@@ -133,6 +133,9 @@ class FilterSection(Section):
     collapse_baseline_steps: int = Field(10, ge=1)
     collapse_patience: int = Field(10, ge=0)
     collapse_ratio: float = Field(0.1, gt=0.0, le=1.0)
+    # RAGEN-2's low-validation stop: validation success below low_val_success this many validations in a row
+    low_val_success: float = Field(0.01, ge=0.0, le=1.0)
+    low_val_patience: int = Field(5, ge=0)
 
 
 class OptimSection(Section):
@@ -246,7 +249,8 @@ def stop_config(cfg: Config):
     f = cfg.filter
     return snr.StopConfig(max_consecutive_skips=f.max_consecutive_skips,
                           collapse_baseline_steps=f.collapse_baseline_steps,
-                          collapse_patience=f.collapse_patience, collapse_ratio=f.collapse_ratio)
+                          collapse_patience=f.collapse_patience, collapse_ratio=f.collapse_ratio,
+                          low_val_success=f.low_val_success, low_val_patience=f.low_val_patience)
 
 
 def _check_library_configs(cfg: Config) -> None:

@@ -11,6 +11,9 @@ skipped) and says when to stop, following RAGEN-2's trainer:
   `collapse_patience` (10) consecutive trained steps have a spread below
   `collapse_ratio` (0.1) x the baseline. Skipped steps are ignored by this rule
   (neither counted nor resetting it), as in RAGEN: the skip rule covers them.
+* **Low validation success.** After `low_val_patience` (5) validations in a row
+  with a success rate below `low_val_success` (0.01), stop: RAGEN-2's trainer
+  does this on every validation env (agent_trainer.py, "low_validation_success").
 
 Pass the pre-filter mean in-group reward std (``snr/reward_std_mean`` of a
 :class:`~snr.selection.Selection`, which :meth:`StopPolicy.observe` reads) —
@@ -38,15 +41,19 @@ class StopConfig:
     collapse_patience        trained steps in a row below the threshold before
                              stopping (0: collapse detection off).
     collapse_ratio           threshold = collapse_ratio x baseline, in (0, 1].
+    low_val_success          a validation success rate below this counts as low.
+    low_val_patience         stop after this many low validations in a row (0: never).
     """
 
     max_consecutive_skips: int = 5
     collapse_baseline_steps: int = 10
     collapse_patience: int = 10
     collapse_ratio: float = 0.1
+    low_val_success: float = 0.01
+    low_val_patience: int = 5
 
     def __post_init__(self) -> None:
-        for name in ("max_consecutive_skips", "collapse_baseline_steps", "collapse_patience"):
+        for name in ("max_consecutive_skips", "collapse_baseline_steps", "collapse_patience", "low_val_patience"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be a whole number >= 0; got {value!r}")
@@ -55,12 +62,15 @@ class StopConfig:
         ratio = self.collapse_ratio
         if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0.0 < ratio <= 1.0:
             raise ValueError(f"collapse_ratio must be in (0, 1]; got {ratio!r}")
+        low = self.low_val_success
+        if isinstance(low, bool) or not isinstance(low, (int, float)) or not 0.0 <= low <= 1.0:
+            raise ValueError(f"low_val_success must be in [0, 1]; got {low!r}")
 
 
 @dataclass(frozen=True)
 class StopDecision:
     stop: bool
-    reason: str | None = None  # "consecutive_skips" | "spread_collapse"
+    reason: str | None = None  # "consecutive_skips" | "spread_collapse" | "low_validation_success"
     message: str | None = None
 
 
@@ -71,6 +81,7 @@ _STATE_KEYS = (
     "baseline_spreads",
     "baseline",
     "steps_below",
+    "low_validations",
     "stop_reason",
     "stop_message",
 )
@@ -87,6 +98,7 @@ class StopPolicy:
         self.baseline_spreads: list[float] = []  # spreads of the first trained steps
         self.baseline: float | None = None
         self.steps_below = 0  # trained steps in a row below collapse_ratio x baseline
+        self.low_validations = 0  # validations in a row below low_val_success
         self.stop_reason: str | None = None
         self.stop_message: str | None = None
 
@@ -122,6 +134,24 @@ class StopPolicy:
         self.consecutive_skips = 0
         if cfg.collapse_patience:
             self._watch_spread(spread)
+        return self.decision()
+
+    def observe_validation(self, success_rate: float) -> StopDecision:
+        """Record one validation's success rate (a NaN one counts as low: nothing succeeded)."""
+        if self.stopped:
+            return self.decision()
+        cfg = self.config
+        if not cfg.low_val_patience:
+            return self.decision()
+        low = not (float(success_rate) >= cfg.low_val_success)
+        self.low_validations = self.low_validations + 1 if low else 0
+        if self.low_validations >= cfg.low_val_patience:
+            self._stop(
+                "low_validation_success",
+                f"stopping: validation success has been below {cfg.low_val_success:g} for {self.low_validations} "
+                f"validations in a row (RAGEN-2's rule): the policy is not solving the task. Check the format "
+                f"rate, or set filter.low_val_patience=0 to keep going.",
+            )
         return self.decision()
 
     def _watch_spread(self, spread: float | None) -> None:
@@ -161,6 +191,7 @@ class StopPolicy:
             "snr/total_skips": float(self.total_skips),
             "snr/spread_baseline": float(self.baseline) if self.baseline is not None else 0.0,
             "snr/steps_below_collapse_threshold": float(self.steps_below),
+            "snr/low_validations": float(self.low_validations),
             "snr/stopped": 1.0 if self.stopped else 0.0,
         }
 
@@ -172,20 +203,22 @@ class StopPolicy:
             "baseline_spreads": list(self.baseline_spreads),
             "baseline": self.baseline,
             "steps_below": self.steps_below,
+            "low_validations": self.low_validations,
             "stop_reason": self.stop_reason,
             "stop_message": self.stop_message,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        state = {"low_validations": 0, **state}  # absent in states saved before the rule existed
         missing = [k for k in _STATE_KEYS if k not in state]
         unknown = sorted(set(state) - set(_STATE_KEYS))
         if missing or unknown:
             raise ValueError(f"not a StopPolicy state: missing keys {missing}, unknown keys {unknown}")
-        for key in ("steps", "total_skips", "consecutive_skips", "steps_below"):
+        for key in ("steps", "total_skips", "consecutive_skips", "steps_below", "low_validations"):
             value = state[key]
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"StopPolicy state {key} must be a whole number >= 0; got {value!r}")
-        if state["stop_reason"] not in (None, "consecutive_skips", "spread_collapse"):
+        if state["stop_reason"] not in (None, "consecutive_skips", "spread_collapse", "low_validation_success"):
             raise ValueError(f"StopPolicy state stop_reason is unknown: {state['stop_reason']!r}")
         self.steps = state["steps"]
         self.total_skips = state["total_skips"]
@@ -193,5 +226,6 @@ class StopPolicy:
         self.baseline_spreads = [float(v) for v in state["baseline_spreads"]]
         self.baseline = None if state["baseline"] is None else float(state["baseline"])
         self.steps_below = state["steps_below"]
+        self.low_validations = state["low_validations"]
         self.stop_reason = state["stop_reason"]
         self.stop_message = state["stop_message"]

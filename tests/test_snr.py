@@ -450,3 +450,27 @@ def test_selection_properties(rewards, cfg, include_zero, order, metric):
             assert kept_mass - float(sel.scores[sel.kept].min()) < cfg.value * total - cfg.eps
     if cfg.strategy == "top_p" and cfg.top_p_mode == "softmax" and include_zero:
         assert not sel.skip
+
+
+def test_low_validation_success_stops_after_five_in_a_row_as_ragen2():
+    policy = StopPolicy(StopConfig())
+    for rate in (0.0, 0.005, 0.0, 0.0):
+        assert not policy.observe_validation(rate).stop
+    assert not policy.observe_validation(0.01).stop  # 0.01 is not below 1%: the count starts again
+    for _ in range(4):
+        assert not policy.observe_validation(float("nan")).stop  # NaN: nothing succeeded
+    decision = policy.observe_validation(0.0)
+    assert decision.stop and decision.reason == "low_validation_success" and "5 validations" in decision.message
+    restored = StopPolicy(StopConfig())
+    restored.load_state_dict(policy.state_dict())
+    assert restored.decision() == decision and restored.metrics()["snr/low_validations"] == 5.0
+
+
+def test_low_validation_rule_off_and_old_states_load():
+    policy = StopPolicy(StopConfig(low_val_patience=0))
+    assert not any(policy.observe_validation(0.0).stop for _ in range(20))
+    old = StopPolicy().state_dict()
+    del old["low_validations"]  # a checkpoint written before the rule existed
+    StopPolicy().load_state_dict(old)
+    with pytest.raises(ValueError, match="low_val_success must be in"):
+        StopConfig(low_val_success=1.5)
