@@ -1,0 +1,168 @@
+"""Test harness only: OpenRLHF's rollout actor with vLLM's engine replaced by Hugging Face `generate`.
+
+`HFRolloutActorImpl` subclasses the class under OpenRLHF's `ray.remote` RolloutRayActor
+(trainer/ray/vllm_engine.py), so OpenRLHF's own request handling (`generate_responses`: one
+`executor.execute(...)` per sample, with `llm_engine=self`) and agent loading
+(`_load_agent_executor` on --train.agent_func_path) run unchanged. Replaced is what touched vLLM:
+`__init__` (an HF model in the dtype create_vllm_engines passes), `generate` (token ids in, a
+vLLM-shaped RequestOutput out), sleep / wake_up / prefix cache / pause, and the colocated weight
+sync `update_weight_cuda_ipc` (trainer/ray/ppo_actor.py: with CPU tensors, torch's reduce_tensor
+handle carries the storage, so rebuilding it gives the trained weights). The NCCL broadcast path
+(init_process_group / update_weight) is refused: it needs vLLM and CUDA.
+
+For the test, after every full weight sync and every sleep, the engine writes its counters
+(engine-<pid>.json) and after a sync its weights (engine-<pid>.safetensors) to $RAGEN2_HARNESS_DIR.
+"""
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import os
+import threading
+from types import SimpleNamespace
+
+import ray
+import torch
+
+_vllm_engine = importlib.import_module("openrlhf.trainer.ray.vllm_engine")
+_Base = _vllm_engine.RolloutRayActor.__ray_actor_class__
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+class HFRolloutActorImpl(_Base):
+    async def __init__(self, *args, bundle_indices=None, agent_func_path=None, remote_rm_url=None,
+                       mm_pad_token_ids=None, **kwargs):
+        from openrlhf.utils.agent import SingleTurnAgentExecutor
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.kwargs = kwargs
+        self.executor = (_vllm_engine._load_agent_executor(agent_func_path) if agent_func_path
+                         else SingleTurnAgentExecutor(remote_rm_url))
+        self._mm_pad_token_ids = mm_pad_token_ids
+        self.dtype = DTYPES[kwargs.get("dtype", "bfloat16")]
+        self.tokenizer = AutoTokenizer.from_pretrained(kwargs["model"])
+        self.model = AutoModelForCausalLM.from_pretrained(kwargs["model"], dtype=self.dtype,
+                                                          attn_implementation="sdpa").eval()
+        torch.manual_seed(int(kwargs.get("seed", 0)))
+        self._lock = threading.Lock()  # one generate at a time
+        self._unfinished = 0
+        self.awake = {"weights": True, "kv_cache": True}
+        self.stats = {"executor": f"{type(self.executor).__module__}.{type(self.executor).__name__}",
+                      "generate_calls": 0, "generated_tokens": 0, "sleeps": 0, "wake_ups": 0,
+                      "tensors_updated": 0, "weight_syncs": 0}
+        self._write()
+
+    def _write(self, weights: bool = False) -> None:
+        folder = os.environ["RAGEN2_HARNESS_DIR"]
+        name = os.path.join(folder, f"engine-{os.getpid()}")
+        if weights:
+            from safetensors.torch import save_file
+
+            save_file({k: v.detach().contiguous() for k, v in self.model.state_dict().items()}, name + ".safetensors")
+        with open(name + ".json", "w") as handle:
+            json.dump(self.stats, handle)
+
+    # --- what the controller and the actor call ----------------------------------------------
+
+    def get_num_unfinished_requests(self) -> int:
+        return self._unfinished
+
+    async def sleep(self, level=1):
+        self.stats["sleeps"] += 1
+        self.awake = {"weights": False, "kv_cache": False}
+        self._write()
+
+    async def wake_up(self, tags=None):
+        self.stats["wake_ups"] += 1
+        for tag in (["weights", "kv_cache"] if tags is None else tags):
+            self.awake[tag] = True
+
+    async def reset_prefix_cache(self):
+        pass
+
+    async def pause_generation(self):
+        pass
+
+    async def resume_generation(self):
+        pass
+
+    async def init_process_group(self, *args, **kwargs):
+        raise RuntimeError("HF engine: the NCCL broadcast weight sync needs vLLM and CUDA; the colocated "
+                           "runs ragen2 launches use update_weight_cuda_ipc")
+
+    async def update_weight(self, *args, **kwargs):
+        raise RuntimeError("HF engine: update_weight (NCCL broadcast) is not supported")
+
+    async def update_weight_cuda_ipc(self, name, dtype, shape, ipc_handles, empty_cache=False):
+        if not self.awake["weights"]:
+            raise RuntimeError(f"weight update of {name} while the weights sleep (OpenRLHF wakes them first)")
+        rebuild, args = ipc_handles[sorted(ipc_handles)[0]]
+        weight = rebuild(*args)
+        param = self.model.get_parameter(name)
+        if dtype != self.dtype or tuple(shape) != tuple(param.shape):
+            raise RuntimeError(f"weight update of {name}: got {dtype} {tuple(shape)}, engine holds {self.dtype} "
+                               f"{tuple(param.shape)}")
+        with torch.no_grad():
+            param.copy_(weight.to(param.dtype))
+        self.stats["tensors_updated"] += 1
+        if empty_cache:  # OpenRLHF sets it on the last tensor of a sync
+            self.stats["weight_syncs"] += 1
+            self._write(weights=True)
+
+    async def generate(self, prompt_token_ids, sampling_params, multi_modal_data=None):
+        if not all(self.awake.values()):
+            raise RuntimeError(f"generate while asleep ({self.awake}): OpenRLHF wakes the engine first")
+        self._unfinished += 1
+        try:
+            return await asyncio.to_thread(self._generate, list(prompt_token_ids), sampling_params)
+        finally:
+            self._unfinished -= 1
+
+    # --- HF generate shaped as vLLM's RequestOutput ---------------------------------------------
+
+    def _generate(self, prompt_ids: list[int], params):
+        eos = self.tokenizer.eos_token_id
+        stops = list(getattr(params, "stop", None) or [])
+        limit = params.max_tokens or (self.kwargs.get("max_model_len") or 2048) - len(prompt_ids)
+        options = dict(max_new_tokens=max(1, int(limit)), eos_token_id=eos, return_dict_in_generate=True,
+                       output_logits=True, pad_token_id=self.tokenizer.pad_token_id or eos)
+        temperature = float(getattr(params, "temperature", 1.0) or 0.0)
+        if temperature > 0:
+            top_k = getattr(params, "top_k", -1)
+            options.update(do_sample=True, temperature=temperature, top_p=float(params.top_p or 1.0),
+                           top_k=None if top_k is None or top_k < 0 else int(top_k))
+        else:
+            options.update(do_sample=False)
+        if stops:
+            options.update(stop_strings=stops, tokenizer=self.tokenizer)
+        with self._lock, torch.no_grad():
+            ids_in = torch.tensor([prompt_ids])
+            out = self.model.generate(input_ids=ids_in, attention_mask=torch.ones_like(ids_in), **options)
+        ids = out.sequences[0, len(prompt_ids):].tolist()
+        # vLLM: stop at EOS (kept) or at the first stop string (kept with include_stop_str_in_output)
+        finish, cut = "length", len(ids)
+        for i, token in enumerate(ids):
+            if token == eos or (stops and any(s in self.tokenizer.decode(ids[:i + 1]) for s in stops)):
+                finish, cut = "stop", i + 1
+                break
+        ids = ids[:cut]
+        logprobs = None
+        if getattr(params, "logprobs", None) is not None and ids:
+            log_softmax = torch.log_softmax(torch.stack(out.logits[:len(ids)], dim=1)[0].float(), dim=-1)
+            logprobs = [{t: SimpleNamespace(logprob=float(log_softmax[i, t]))} for i, t in enumerate(ids)]
+        self.stats["generate_calls"] += 1
+        self.stats["generated_tokens"] += len(ids)
+        completion = SimpleNamespace(index=0, token_ids=ids, text=self.tokenizer.decode(ids), logprobs=logprobs,
+                                     finish_reason=finish, stop_reason=None, cumulative_logprob=None)
+        return SimpleNamespace(request_id=uuid_hex(), prompt_token_ids=prompt_ids, outputs=[completion],
+                               finished=True)
+
+
+def uuid_hex() -> str:
+    import uuid
+
+    return uuid.uuid4().hex
+
+
+HFRolloutActor = ray.remote(HFRolloutActorImpl)
