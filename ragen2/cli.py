@@ -6,7 +6,7 @@ import argparse
 import difflib
 import sys
 
-from ragen2 import audit, bench, envs_cli, eval_cli, plot, train_cli
+from ragen2 import audit, bench, envs_cli, eval_cli, export, plot, train_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,6 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_parser(commands)
     bench.add_parser(commands)
     eval_cli.add_parser(commands)
+    export.add_parser(commands)
     return parser
 
 

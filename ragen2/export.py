@@ -1,0 +1,113 @@
+"""`ragen2 export RUN_DIR`: a checkpoint as a Hugging Face folder that `from_pretrained` loads.
+
+    ragen2 export runs/NAME                       latest checkpoint -> runs/NAME/export/step_N
+    ragen2 export runs/NAME --checkpoint step_4 --out hf/ --lora adapter
+
+A ragen2 checkpoint holds only what training needs (weights as `model.safetensors`, plus
+optimiser and RNG states); its base model is named in the run's config.yaml. Export loads the
+base, puts the checkpoint's weights on top and writes config.json, the tokenizer and the weights
+with `save_pretrained`. A LoRA run is merged into the base (`--lora merge`, the default: a plain
+model) or written as a PEFT adapter (`--lora adapter`: adapter_config.json + adapter weights; its
+`base_model_name_or_path` is the base's source, so the base must be reachable where it is loaded).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+
+class ExportError(RuntimeError):
+    """A run directory or checkpoint that cannot be exported (nothing was written)."""
+
+
+def find_checkpoint(run_dir: Path, name: str | None) -> Path:
+    """The checkpoint folder to export: `name` (step_N, N with or without zero padding) or the latest."""
+    from ragen2 import checkpoint as ckpt
+
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.yaml").is_file():
+        raise ExportError(f"{run_dir}: not a ragen2 run directory (no config.yaml naming the base model)")
+    done = ckpt.complete_checkpoints(run_dir)
+    if not done:
+        raise ExportError(f"{run_dir}: no complete checkpoint under {ckpt.checkpoint_dir(run_dir)}")
+    if name is None:
+        return done[0]
+    digits = name.removeprefix("step_")
+    if not digits.isdigit():
+        raise ExportError(f"--checkpoint {name!r}: expected step_N (one of {', '.join(p.name for p in done)})")
+    for path in done:
+        if int(path.name.removeprefix("step_")) == int(digits):
+            return path
+    raise ExportError(f"--checkpoint {name}: not among the complete checkpoints ({', '.join(p.name for p in done)})")
+
+
+def _plain(model):
+    """The model without GGUF's quantization_config, which makes save_pretrained refuse it."""
+    config = getattr(model, "config", None)
+    if config is not None and getattr(config, "quantization_config", None) is not None:
+        del config.quantization_config
+        for attr in ("is_quantized", "hf_quantizer"):
+            if hasattr(model, attr):
+                setattr(model, attr, False if attr == "is_quantized" else None)
+    return model
+
+
+def export_checkpoint(run_dir: Path, out: Path | None = None, checkpoint: str | None = None,
+                      lora: str = "merge") -> Path:
+    """Write the Hugging Face folder and return it (default RUN_DIR/export/step_N)."""
+    from ragen2 import audit
+    from ragen2 import checkpoint as ckpt
+
+    if lora not in ("merge", "adapter"):
+        raise ExportError(f"--lora {lora!r}: use merge or adapter")
+    path = find_checkpoint(run_dir, checkpoint)
+    try:
+        ckpt.read_state(path)
+    except ckpt.CheckpointDamaged as error:
+        raise ExportError(f"{path} is damaged ({error}); export an earlier one with --checkpoint") from None
+    spec = audit.resolve_model(str(path))
+    policy, tokenizer = audit.load_model(spec)
+    is_lora = hasattr(policy, "merge_and_unload")
+    if lora == "adapter" and not is_lora:
+        raise ExportError(f"--lora adapter: the run {run_dir} did not train LoRA adapters (model.lora_rank 0)")
+    out = Path(out) if out is not None else Path(run_dir) / "export" / path.name
+    if out.exists() and any(out.iterdir()):
+        raise ExportError(f"{out} exists and is not empty; pick another --out")
+    if is_lora and lora == "merge":
+        policy = policy.merge_and_unload()
+    if is_lora and lora == "adapter":
+        policy.peft_config["default"].base_model_name_or_path = spec.source
+    _plain(policy).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def folder_size(path: Path) -> int:
+    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
+
+
+def add_parser(commands) -> None:
+    parser = commands.add_parser(
+        "export", help="write a checkpoint as a Hugging Face folder (config.json, tokenizer, weights)",
+        description="Load a run's checkpoint on its base model and save it with save_pretrained, so that "
+                    "AutoModelForCausalLM.from_pretrained(OUT) loads it anywhere.")
+    parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a ragen2 run directory")
+    parser.add_argument("--out", type=Path, help="folder to write (default RUN_DIR/export/step_N)")
+    parser.add_argument("--checkpoint", metavar="step_N", help="which checkpoint (default the latest complete one)")
+    parser.add_argument("--lora", choices=("merge", "adapter"), default="merge",
+                        help="LoRA runs: merge the adapters into the base (default) or write a PEFT adapter")
+    parser.set_defaults(run=run_export)
+
+
+def run_export(args) -> int:
+    from ragen2.models import ModelSourceError, ModelWeightsError
+
+    try:
+        out = export_checkpoint(args.run_dir, args.out, args.checkpoint, args.lora)
+    except (ExportError, FileNotFoundError, ModelSourceError, ModelWeightsError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"wrote {out} ({folder_size(out) / 1e6:.1f} MB); load it with "
+          f"AutoModelForCausalLM.from_pretrained({str(out)!r})")
+    return 0
