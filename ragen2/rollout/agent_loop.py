@@ -28,6 +28,7 @@ import torch
 
 from envs.parsing import ANSWER_OPEN, THINK_OPEN
 from envs.prompt import first_turn_messages, reward_message, turn_message
+from ragen2.progress import RolloutProgress
 from ragen2.rollout.batch import RolloutBatch, RowRecord, TrajectoryRecord
 from ragen2.rollout.chat import ChatFormat, TokenTrajectory, reasoning_span, reply_text
 from ragen2.rollout.generation import BACKENDS, generate, use_fast_backend
@@ -205,8 +206,8 @@ def rollout(model, tokenizer, env_factory: Callable[[], object], seeds: Sequence
 
     With the fast backend one GenerationSession serves every turn: each episode keeps its KV
     cache, so turn k feeds only the tokens added since turn k-1 (the reply's last token, the
-    env's reward and next state). `progress(turn, max_turns, live, tokens)` is called as
-    tokens are sampled (ragen2.progress draws it).
+    env's reward and next state). `progress(ragen2.progress.RolloutProgress)` is called as
+    tokens are sampled (ragen2.progress.LiveLine draws it).
     """
     if not seeds:
         raise ValueError("rollout needs at least one seed (one per group)")
@@ -243,20 +244,24 @@ def rollout(model, tokenizer, env_factory: Callable[[], object], seeds: Sequence
         if not live:
             break
         turn += 1
+        done = sum(e.done for e in episodes)
 
-        def on_step(rows: int, tokens: int, turn=turn, base=sampled_before) -> None:
-            progress(turn, config.max_turns, rows, base + tokens)
+        def on_step(rows: int, tokens: int, turn=turn, base=sampled_before, starting=len(live), done=done) -> None:
+            progress(RolloutProgress(turn, config.max_turns, rows, starting, tokens, base + tokens,
+                                     config.max_new_tokens, done, len(episodes)))
 
         if session is not None:
             results = session.generate([e.index for e in live], prompts, max_new_tokens=config.max_new_tokens,
                                        on_step=on_step if progress is not None else None)
         else:
             results = generate(model, prompts, max_new_tokens=config.max_new_tokens, backend="hf", **sampling)
-        sampled_before += sum(len(r.token_ids) for r in results)
-        if progress is not None:
-            progress(turn, config.max_turns, 0, sampled_before)
+        turn_tokens = sum(len(r.token_ids) for r in results)
+        sampled_before += turn_tokens
         for episode, prompt, result in zip(live, prompts, results):
             episode.take_turn(list(prompt), result.token_ids, result.logprobs, result.finish_reason)
+        if progress is not None:
+            progress(RolloutProgress(turn, config.max_turns, 0, len(live), turn_tokens, sampled_before,
+                                     config.max_new_tokens, sum(e.done for e in episodes), len(episodes)))
 
     rows = [row for episode in episodes for row in episode.final_rows()]
     for episode in episodes:

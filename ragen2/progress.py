@@ -1,0 +1,134 @@
+"""The live line of a training step: what phase, how far, how long left.
+
+    live = LiveLine(enabled=LiveLine.wanted(quiet))
+    rollout(..., progress=live.rollout("rollout"))       # turn 2/5 | 24 live | 210 tok/s | ETA 0:41
+    ppo_update(..., on_micro_batch=live.update())        # update micro-batch 3/8 | ETA 0:20
+    evaluate(..., progress=live.rollout("validation"))   # validation 12/32 episodes | turn 3/5 | ETA 1:05
+    live.stop()
+
+Drawn with rich on stderr (where the step lines go), redrawn in place and erased when the
+phase ends, so finished steps stay as plain lines. Off under --quiet, and when stdout or stderr
+is not a terminal (a log file gets step lines only). The ETA is elapsed / done x remaining,
+with `done` in the phase's natural unit: turns (a turn's share from its sampled tokens),
+micro-batches, or episodes.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+
+
+@dataclass
+class RolloutProgress:
+    """What the agent loop reports after each decode step (and at each turn's end)."""
+
+    turn: int  # 1-based turn being sampled
+    max_turns: int
+    live: int  # episodes still sampling this turn
+    turn_rows: int  # episodes that started this turn
+    turn_tokens: int  # tokens sampled so far in this turn
+    tokens: int  # tokens sampled so far in the rollout
+    max_new_tokens: int
+    episodes_done: int
+    episodes: int
+
+    @property
+    def fraction(self) -> float:
+        """Turns done, the current one counted by its tokens against its budget (rows x max_new_tokens)."""
+        within = min(1.0, self.turn_tokens / max(1, self.turn_rows * self.max_new_tokens)) if self.live else 1.0
+        return min(1.0, (self.turn - 1 + within) / max(1, self.max_turns))
+
+
+def format_eta(seconds: float) -> str:
+    seconds = max(0, int(round(seconds)))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}" if seconds >= 3600 \
+        else f"{seconds // 60}:{seconds % 60:02d}"
+
+
+def eta(elapsed: float, fraction: float) -> float | None:
+    """Seconds left if the rest goes at the pace so far; None before any progress."""
+    if fraction <= 0:
+        return None
+    return elapsed / fraction * (1 - fraction)
+
+
+class LiveLine:
+    """One transient status line; every method is a no-op when disabled."""
+
+    def __init__(self, enabled: bool = False, stream=None, clock=time.perf_counter):
+        self.enabled, self.clock = enabled, clock
+        self.stream = stream if stream is not None else sys.stderr
+        self._live = None
+        self._started = clock()
+        self.last_text = ""  # what was last drawn (tests read it)
+
+    @staticmethod
+    def wanted(quiet: bool) -> bool:
+        """Draw only for a person watching: not --quiet, stdout and stderr both terminals."""
+        def tty(stream) -> bool:
+            try:
+                return bool(stream.isatty())
+            except (AttributeError, ValueError):  # a closed or replaced stream
+                return False
+
+        return not quiet and tty(sys.stdout) and tty(sys.stderr)
+
+    # --- drawing ------------------------------------------------------------------------------
+
+    def _draw(self, text: str) -> None:
+        self.last_text = text
+        if not self.enabled:
+            return
+        if self._live is None:
+            from rich.console import Console
+            from rich.live import Live
+
+            # force_terminal: enabled means a terminal was checked for (and tests draw into a buffer)
+            self._live = Live("", console=Console(file=self.stream, force_terminal=True), transient=True,
+                              auto_refresh=False)
+            self._live.start()
+        from rich.text import Text
+
+        self._live.update(Text(text), refresh=True)  # Text: no markup parsing, no number colouring
+
+    def begin(self) -> None:
+        self._started = self.clock()
+
+    def stop(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+    def _eta_text(self, fraction: float) -> str:
+        left = eta(self.clock() - self._started, fraction)
+        return "ETA --:--" if left is None else f"ETA {format_eta(left)}"
+
+    # --- callbacks for the phases -------------------------------------------------------------
+
+    def rollout(self, phase: str = "rollout"):
+        """A callback for `rollout(progress=...)` / `evaluate(progress=...)`."""
+        self.begin()
+        last = [0.0]
+
+        def report(p: RolloutProgress) -> None:
+            now = self.clock()
+            if now - last[0] < 0.2 and p.live:  # redraw at most 5 times a second
+                return
+            last[0] = now
+            rate = p.tokens / max(now - self._started, 1e-9)
+            head = (f"{phase} {p.episodes_done}/{p.episodes} episodes | turn {p.turn}/{p.max_turns}"
+                    if phase == "validation" else f"{phase} turn {p.turn}/{p.max_turns}")
+            self._draw(f"{head} | {p.live} live | {rate:.0f} tok/s | {self._eta_text(p.fraction)}")
+
+        return report
+
+    def update(self, phase: str = "update"):
+        """A callback for `ppo_update(on_micro_batch=...)`: (done, total) micro-batches."""
+        self.begin()
+
+        def report(done: int, total: int) -> None:
+            self._draw(f"{phase} micro-batch {done}/{total} | {self._eta_text(done / max(total, 1))}")
+
+        return report
