@@ -33,6 +33,12 @@ def read_metrics(run_dir: Path) -> list[dict]:
     return rows
 
 
+# The parts of a step's time the step line shows (seconds; the step total includes them all).
+STEP_PARTS = (("rollout", "time/rollout_s"), ("probe", "probe/time_s"), ("grad", "grad_prefilter/time_s"),
+              ("old-logp", "time/old_log_probs_s"), ("ref", "time/ref_log_probs_s"), ("values", "time/values_s"),
+              ("grad", "grad/time_s"), ("update", "time/update_s"), ("val", "time/validation_s"))
+
+
 class RunLog:
     def __init__(self, run_dir: Path, total_steps: int, config_dict: dict, *, resume_step: int = 0,
                  use_wandb: bool = False, use_tensorboard: bool = False, quiet: bool = False):
@@ -89,7 +95,8 @@ class RunLog:
         if "val/success_rate" in m:
             parts.append(f"val success {m['val/success_rate']:.2f}")
         if "time/step_s" in m:
-            parts.append(f"{m['time/step_s']:.1f}s")
+            shares = [f"{name} {m[key]:.1f}" for name, key in STEP_PARTS if m.get(key, 0) >= 0.05]
+            parts.append(f"{m['time/step_s']:.1f}s" + (f" ({', '.join(shares)})" if shares else ""))
         elapsed = time.time() - self._started
         print(" | ".join(parts) + f" | elapsed {elapsed / 60:.1f} min", file=sys.stderr, flush=True)
 

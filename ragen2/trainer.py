@@ -27,6 +27,7 @@ from ragen2.algos import losses
 from ragen2.config import Config, filter_config, rollout_config, stop_config  # noqa: F401 - re-exported
 from ragen2.engines import local
 from ragen2.interrupts import Interrupts, StepAbandoned, restore_rng, rng_snapshot
+from ragen2.progress import LiveLine
 from ragen2.rollout import RolloutBatch, evaluate, rollout
 from ragen2.run_log import RunLog
 
@@ -49,6 +50,7 @@ class Run:
     nonfinite_skips: int = 0
     summary: dict = field(default_factory=dict)
     interrupts: Interrupts = field(default_factory=Interrupts)
+    live: LiveLine = field(default_factory=LiveLine)  # the live progress line (off unless a terminal)
 
 
 class Timer:
@@ -113,9 +115,10 @@ def compute_advantages(cfg: Config, batch: RolloutBatch, values, old_log_probs, 
 def train_step(run: Run) -> dict:
     """One step: rollout, probe, filter, old/ref log-probs and values, advantages, update."""
     cfg, models, timer = run.cfg, run.models, Timer()
+    step_started = time.perf_counter()
     with timer("rollout"), run.interrupts.abandonable():  # only the sampling RNG moves: safe to drop
         batch = rollout(models.policy, models.tokenizer, env_factory(cfg), step_seeds(cfg, run.step),
-                        rollout_config(cfg), run.generator)
+                        rollout_config(cfg), run.generator, progress=run.live.rollout("rollout"))
     metrics = batch.metrics()
     metrics.update(run.probe.maybe_run(run.step, models.policy, batch))  # timed on its own
     metrics.update(grad_decomp.maybe_decompose_prefilter(run, batch))  # probe.grad_prefilter: before the filter
@@ -127,7 +130,8 @@ def train_step(run: Run) -> dict:
     if not selection.skip:
         metrics.update(update_on(run, batch.select_groups(selection.kept), selection, timer))
     metrics.update(timer.metrics())
-    metrics["time/step_s"] = round(sum(timer.seconds.values()), 4)
+    # The whole step, probe and gradient decomposition included (the loop adds validation).
+    metrics["time/step_s"] = round(time.perf_counter() - step_started, 4)
     metrics["throughput/rollout_tokens_per_s"] = batch.num_response_tokens / max(timer.seconds["rollout"], 1e-9)
     metrics.update(run.watch.observe(run.step, metrics, run.log))  # alerts -> events (+ stop_reason if configured)
     if decision.stop:
@@ -181,7 +185,7 @@ def update_on(run: Run, batch: RolloutBatch, selection, timer: Timer) -> dict:
     train_actor = trains_actor(run)
     with timer("update"):
         metrics = local.ppo_update(models, run.optimizers, data, cfg, run.generator, loss_scale=scale,
-                                   train_actor=train_actor)
+                                   train_actor=train_actor, on_micro_batch=run.live.update())
     metrics["actor/frozen_for_critic_warmup"] = float(not train_actor)
     tokens = batch.num_tokens * cfg.optim.ppo_epochs
     metrics["throughput/update_tokens_per_s"] = tokens / max(timer.seconds["update"], 1e-9)
@@ -202,7 +206,8 @@ def validate(run: Run) -> dict:
     started = time.perf_counter()
     generator = torch.Generator().manual_seed(cfg.trainer.seed + VALIDATION_STREAM)
     metrics = evaluate(run.models.policy, run.models.tokenizer, env_factory(cfg, cfg.env.val_name),
-                       validation_seeds(cfg), rollout_config(cfg, cfg.trainer.val_temperature), generator)
+                       validation_seeds(cfg), rollout_config(cfg, cfg.trainer.val_temperature), generator,
+                       progress=run.live.rollout("validation"))
     metrics["time/validation_s"] = round(time.perf_counter() - started, 4)
     return metrics
 
@@ -251,7 +256,8 @@ def setup(cfg: Config, run_dir: Path, resume: bool = False, quiet: bool = False,
     generator = torch.Generator().manual_seed(cfg.trainer.seed)
     run = Run(cfg, run_dir, models, optimizers, generator, filter_config(cfg), snr.StopPolicy(stop_config(cfg)),
               probe_lib.Probe(cfg.probe, models.tokenizer), log=None,  # type: ignore[arg-type]
-              watch=probe_lib.CollapseWatch(cfg.probe), interrupts=Interrupts(quiet=quiet))
+              watch=probe_lib.CollapseWatch(cfg.probe), interrupts=Interrupts(quiet=quiet),
+              live=LiveLine(enabled=LiveLine.wanted(quiet)))
     resume_step, latest = 0, None
     if resume and ckpt.complete_checkpoints(run_dir):
         loaded = ckpt.load_latest(run_dir, models, optimizers, generator, warn)
@@ -307,6 +313,8 @@ def _train_loop(run: Run) -> dict:
                     metrics.update(validate(run))
             except StepAbandoned:
                 metrics["val/abandoned"] = 1.0  # the update happened: keep the step, without its validation
+            metrics["time/step_s"] = round(metrics["time/step_s"] + metrics.get("time/validation_s", 0.0), 4)
+        run.live.stop()
         run.log.step(run.step, metrics)
         run.step += 1
         if run.interrupts.requested:

@@ -206,8 +206,11 @@ def _actor_backward(policy: nn.Module, data: UpdateInputs, idx: torch.Tensor, id
 
 
 def ppo_update(models: Models, optimizers: Optimizers, data: UpdateInputs, cfg: Config,
-               generator: torch.Generator, loss_scale: float = 1.0, train_actor: bool = True) -> dict[str, float]:
+               generator: torch.Generator, loss_scale: float = 1.0, train_actor: bool = True,
+               on_micro_batch=None) -> dict[str, float]:
     """PPO epochs over shuffled mini-batches with gradient accumulation; returns mean metrics.
+
+    `on_micro_batch(done, total)` is called after each micro-batch (the live progress line).
 
     A mini-batch whose loss or gradient is not finite is skipped (no optimiser step) and
     counted, and the run goes on. `train_actor=False` (critic warm-up) runs only the critic.
@@ -233,6 +236,9 @@ def ppo_update(models: Models, optimizers: Optimizers, data: UpdateInputs, cfg: 
                          f"mini_batch_size={optim.mini_batch_size}")
     lengths = data.attention_mask.sum(dim=1)
     skipped = 0
+    sizes = [min(optim.mini_batch_size, rows - start) for start in range(0, rows, optim.mini_batch_size)]
+    micro_total = optim.ppo_epochs * sum(math.ceil(size / optim.micro_batch_size) for size in sizes)
+    micro_done = 0
     for _ in range(optim.ppo_epochs):
         order = torch.randperm(rows, generator=generator)
         for start in range(0, rows, optim.mini_batch_size):
@@ -267,6 +273,9 @@ def ppo_update(models: Models, optimizers: Optimizers, data: UpdateInputs, cfg: 
                     (weight * algo.value_coef * value_loss).backward()
                     record("critic/value_loss", value_loss.item())
                     record("critic/clipfrac", value_metrics["vf_clipfrac"].item())
+                micro_done += 1
+                if on_micro_batch is not None:
+                    on_micro_batch(micro_done, micro_total)
             if not finite:
                 optimizers.actor.zero_grad(set_to_none=True)
                 if optimizers.critic is not None:
