@@ -67,7 +67,8 @@ def check_resumable(cells: list[Cell]) -> None:
         saved = cell.run_dir / "config.yaml"
         if saved.is_file() and saved.read_text() != cell.config.to_yaml():
             # Where the folder is named from (a relative or absolute --out) does not change the run.
-            keys = [k for k in config_difference(saved.read_text(), cell.config) if k not in LOCATION_KEYS]
+            keys = [k for k in config_difference(saved.read_text(), cell.config) if k not in LOCATION_KEYS
+                    and not (k == "trainer.num_threads" and cell.config.trainer.num_threads == 0)]  # 0: resolved at start
             if keys:
                 problems.append(f"{cell.run_dir} holds a run with another config (differs in {keys[:6]})")
     if problems:
