@@ -6,6 +6,12 @@ It is written to a temporary folder and renamed into place, so a process killed 
 leaves the previous checkpoint as the latest complete one. The state file lists every other
 file's size, so a checkpoint damaged later (a full disk, a copy cut short) is recognised and
 `load_latest` falls back to the one before it.
+
+Size: the Adam moments are two more copies of the trainable weights, so a full-finetune
+checkpoint is about 3x the fp32 weights (SmolLM2-135M: 0.5 GB of weights, ~1.6 GB in all).
+`trainer.save_optimizer=false` keeps weights and RNG states only (a resume then restarts the
+Adam moments from zero and says so); `trainer.keep_last` bounds how many are kept; LoRA runs
+save only the adapters. The first save of a process prints the size and these options.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ import torch
 from ragen2 import models as model_lib
 
 STATE_FILE = "state.json"
+OPTIMIZER_FILE = "optimizers_and_rng.pt"
+_size_reported: set[str] = set()  # run directories whose checkpoint size this process printed
 
 
 class CheckpointDamaged(RuntimeError):
@@ -63,9 +71,24 @@ def read_state(path: Path) -> dict:
     return state
 
 
+def size_report(path: Path) -> str:
+    """One line: how big a checkpoint is, what takes the room, and how to keep less."""
+    sizes = _file_sizes(Path(path))
+    total = sum(sizes.values())
+    optim = sizes.get(OPTIMIZER_FILE, 0)
+    line = f"checkpoint {Path(path).name}: {total / 1e6:.1f} MB"
+    if optim > 0.1 * total:
+        line += (f" ({optim / 1e6:.1f} MB of it optimiser state; trainer.save_optimizer=false keeps weights only, "
+                 f"trainer.keep_last=N bounds how many are kept)")
+    return line
+
+
 def save_checkpoint(run_dir: Path, step: int, models, optimizers, generator: torch.Generator,
-                    state: dict, keep_last: int) -> Path:
-    """Save after `step` completed steps; keep the newest `keep_last` checkpoints."""
+                    state: dict, keep_last: int, save_optimizer: bool = True, report=print) -> Path:
+    """Save after `step` completed steps; keep the newest `keep_last` checkpoints.
+
+    `save_optimizer=False` leaves out the optimiser states (weights and RNG states only);
+    `report(line)` gets the checkpoint's size once per run directory and process."""
     folder = checkpoint_dir(run_dir)
     folder.mkdir(parents=True, exist_ok=True)
     final = folder / f"step_{step:06d}"
@@ -76,18 +99,21 @@ def save_checkpoint(run_dir: Path, step: int, models, optimizers, generator: tor
     if models.critic is not None:
         model_lib.save_model(models.critic, staging / "critic")
     torch.save({
-        "actor": optimizers.actor.state_dict(),
-        "critic": optimizers.critic.state_dict() if optimizers.critic is not None else None,
+        "actor": optimizers.actor.state_dict() if save_optimizer else None,
+        "critic": optimizers.critic.state_dict() if optimizers.critic is not None and save_optimizer else None,
         "generator": generator.get_state(),
         "torch_rng": torch.get_rng_state(),
-    }, staging / "optimizers_and_rng.pt")
+    }, staging / OPTIMIZER_FILE)
     # The state file is written last: its presence marks the checkpoint complete.
-    state = {"step": step, **state, "files": _file_sizes(staging)}
+    state = {"step": step, **state, "optimizer_saved": save_optimizer, "files": _file_sizes(staging)}
     (staging / STATE_FILE).write_text(json.dumps(state, indent=1))
     shutil.rmtree(final, ignore_errors=True)
     os.replace(staging, final)
     for old in sorted(p for p in folder.glob("step_*"))[:-keep_last]:
         shutil.rmtree(old, ignore_errors=True)
+    if report is not None and str(Path(run_dir).resolve()) not in _size_reported:
+        _size_reported.add(str(Path(run_dir).resolve()))
+        report(size_report(final))
     return final
 
 
@@ -113,9 +139,14 @@ def load_latest(run_dir: Path, models, optimizers, generator: torch.Generator, w
     every tensor, so the state after a fallback is exactly that checkpoint's."""
     for path in complete_checkpoints(run_dir):
         try:
-            return path, load_checkpoint(path, models, optimizers, generator)
+            state = load_checkpoint(path, models, optimizers, generator)
         except CheckpointDamaged as error:
             warn(f"checkpoint {path.name} is damaged ({error}); falling back to the one before it")
+            continue
+        if not state.get("optimizer_saved", True):
+            warn(f"checkpoint {path.name} holds weights only (trainer.save_optimizer=false): the optimiser's "
+                 "moments restart from zero, so the steps from here differ from an uninterrupted run")
+        return path, state
     return None
 
 
@@ -123,8 +154,9 @@ def _restore(path: Path, models, optimizers, generator: torch.Generator) -> None
     model_lib.load_model_weights(models.policy, path / "policy")
     if models.critic is not None:
         model_lib.load_model_weights(models.critic, path / "critic")
-    saved = torch.load(path / "optimizers_and_rng.pt", map_location="cpu", weights_only=False)
-    optimizers.actor.load_state_dict(saved["actor"])
+    saved = torch.load(path / OPTIMIZER_FILE, map_location="cpu", weights_only=False)
+    if saved["actor"] is not None:  # None: saved with save_optimizer=False, the moments restart at zero
+        optimizers.actor.load_state_dict(saved["actor"])
     if optimizers.critic is not None and saved["critic"] is not None:
         optimizers.critic.load_state_dict(saved["critic"])
     generator.set_state(saved["generator"])

@@ -96,3 +96,51 @@ def test_export_picks_a_checkpoint_and_explains_bad_input(tmp_path, tok, capsys)
                           ([str(tmp_path / "base")], "not a ragen2 run directory")):
         assert main(["export", *argv]) == 2
         assert message in capsys.readouterr().err
+
+
+# --- checkpoint size: weights-only saves ---------------------------------------------------------
+
+
+def _training_state(tok, seed):
+    from types import SimpleNamespace
+
+    policy = tiny_llama(tok, seed=seed)
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-3)
+    policy(**tok("hello", return_tensors="pt")).logits.sum().backward()
+    optimizer.step()  # Adam moments now exist: two more tensors per parameter
+    return SimpleNamespace(policy=policy, critic=None), SimpleNamespace(actor=optimizer, critic=None)
+
+
+def test_weights_only_checkpoints_are_smaller_and_resume_says_so(tmp_path, tok, monkeypatch):
+    monkeypatch.setattr(ckpt, "_size_reported", set())  # which run dirs printed their size: per test
+    models, optimizers = _training_state(tok, seed=3)
+    weights = sum(p.numel() * 4 for p in models.policy.parameters())  # fp32 bytes (tied embedding counted once)
+    lines = []
+    full = ckpt.save_checkpoint(tmp_path / "full", 1, models, optimizers, torch.Generator(), {}, keep_last=2,
+                                report=lines.append)
+    ckpt.save_checkpoint(tmp_path / "full", 2, models, optimizers, torch.Generator(), {}, keep_last=2,
+                         report=lines.append)
+    assert len(lines) == 1 and lines[0].startswith("checkpoint step_000001: ")  # once per run directory
+    assert "optimiser state; trainer.save_optimizer=false keeps weights only" in lines[0]
+    slim = ckpt.save_checkpoint(tmp_path / "slim", 1, models, optimizers, torch.Generator(), {}, keep_last=2,
+                                save_optimizer=False, report=lines.append)
+    assert "optimiser state" not in lines[1]
+    full_sizes, slim_sizes = ckpt._file_sizes(full), ckpt._file_sizes(slim)
+    assert full_sizes["policy/model.safetensors"] == slim_sizes["policy/model.safetensors"]
+    # Adam keeps exp_avg and exp_avg_sq per parameter: two more copies of the weights
+    assert full_sizes[ckpt.OPTIMIZER_FILE] > 2 * weights
+    assert slim_sizes[ckpt.OPTIMIZER_FILE] < weights / 10
+    fresh_models, fresh_optimizers = _training_state(tok, seed=4)
+    fresh_optimizers.actor.state.clear()
+    warnings = []
+    path, state = ckpt.load_latest(tmp_path / "slim", fresh_models, fresh_optimizers, torch.Generator(),
+                                   warnings.append)
+    assert path == slim and state["optimizer_saved"] is False
+    for mine, theirs in zip(fresh_models.policy.state_dict().values(), models.policy.state_dict().values()):
+        assert torch.equal(mine, theirs)
+    assert not fresh_optimizers.actor.state  # nothing restored: the moments start from zero
+    assert len(warnings) == 1 and "weights only (trainer.save_optimizer=false)" in warnings[0]
+    restored = _training_state(tok, seed=4)[1]
+    ckpt.load_latest(tmp_path / "full", _training_state(tok, seed=4)[0], restored, torch.Generator(),
+                     warnings.append)
+    assert len(warnings) == 1 and restored.actor.state  # a full checkpoint restores them, silently
