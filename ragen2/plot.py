@@ -1,4 +1,8 @@
-"""`ragen2 plot RUN_DIR`: training curves as PNG (one figure, one panel per quantity)."""
+"""`ragen2 plot RUN_DIR`: training curves as PNG (one figure, one panel per quantity).
+
+Steps are 1-based, as the console counts them ("step 1/6"): x = metrics.jsonl's 0-based
+`step` field + 1, which is also the number of the checkpoint written after that step.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,10 @@ from pathlib import Path
 from ragen2.run_log import read_metrics
 
 PANELS = (
+    ("reward (mean)", ("rollout/reward_mean", "val/reward_mean")),
     ("success rate", ("rollout/success_rate", "val/success_rate")),
+    ("format ok (share of turns)", ("rollout/format_ok_fraction",)),
+    ("kept fraction of groups (SNR filter)", ("snr/kept_fraction",)),
     ("in-group reward std", ("rollout/in_group_reward_std_mean", "snr/kept_reward_std_mean")),
     ("entropy", ("actor/entropy",)),
     ("response tokens", ("rollout/response_tokens_mean", "rollout/think_tokens_mean")),
@@ -17,34 +24,52 @@ PANELS = (
 )
 
 
-def plot_run(run_dir: Path, out: Path | None = None) -> Path:
+def display_step(row: dict) -> int:
+    """The step as people see it (1-based) from a metrics row's 0-based `step`."""
+    return int(row["step"]) + 1
+
+
+def curves_figure(rows: list[dict], title: str):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
-    rows = read_metrics(run_dir)
-    if not rows:
-        raise FileNotFoundError(f"{run_dir}: no metrics.jsonl rows to plot")
-    figure, axes = plt.subplots(2, 3, figsize=(13, 7), constrained_layout=True)
-    for axis, (title, keys) in zip(axes.flat, PANELS):
+    figure, axes = plt.subplots(3, 3, figsize=(14, 10), constrained_layout=True)
+    skipped = [display_step(r) for r in rows if r.get("snr/skipped")]
+    first, last = min(display_step(r) for r in rows), max(display_step(r) for r in rows)
+    for axis, (panel, keys) in zip(axes.flat, PANELS):
         drawn = False
         for key in keys:
-            points = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+            points = [(display_step(r), r[key]) for r in rows
+                      if isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool)]
             if points:
                 steps, values = zip(*points)
                 axis.plot(steps, values, marker="o", markersize=3, label=key)
                 drawn = True
-        skipped = [r["step"] for r in rows if r.get("snr/skipped")]
         for step in skipped:
             axis.axvline(step, color="0.85", linewidth=3, zorder=0)
-        axis.set_title(title)
+        axis.set_title(panel)
         axis.set_xlabel("step")
-        if drawn:
-            axis.legend(fontsize=7)
+        axis.set_xlim(first - 0.5, last + 0.5)  # the same steps on every panel, logged or not
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
+        if drawn:  # below the axes, so it never covers a curve
+            axis.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2, frameon=False)
         else:
             axis.text(0.5, 0.5, "not logged", ha="center", va="center", transform=axis.transAxes, color="0.5")
-    figure.suptitle(f"{Path(run_dir).name}  (grey bands: skipped steps)")
+    figure.suptitle(f"{title}  (steps from 1, as on the console; grey bands: skipped steps)")
+    return figure
+
+
+def plot_run(run_dir: Path, out: Path | None = None) -> Path:
+    import matplotlib.pyplot as plt
+
+    rows = read_metrics(run_dir) if Path(run_dir).is_dir() else []
+    if not rows:
+        raise FileNotFoundError(f"no metrics.jsonl rows in {run_dir}"
+                                + ("" if Path(run_dir).is_dir() else " (no such directory)"))
+    figure = curves_figure(rows, Path(run_dir).name)
     out = out or Path(run_dir) / "curves.png"
     figure.savefig(out, dpi=110)
     plt.close(figure)
@@ -53,7 +78,7 @@ def plot_run(run_dir: Path, out: Path | None = None) -> Path:
 
 def add_parser(commands) -> None:
     parser = commands.add_parser("plot", help="write PNG training curves for a run directory")
-    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a ragen2 run directory (has metrics.jsonl)")
     parser.add_argument("--out", type=Path, help="PNG path (default RUN_DIR/curves.png)")
     parser.set_defaults(run=run_plot)
 
