@@ -220,7 +220,9 @@ def _state(run: Run) -> dict:
 
 def save(run: Run) -> None:
     path = ckpt.save_checkpoint(run.run_dir, run.step, run.models, run.optimizers, run.generator,
-                                _state(run), run.cfg.trainer.keep_last)
+                                _state(run), run.cfg.trainer.keep_last,
+                                save_optimizer=run.cfg.trainer.save_optimizer,
+                                report=lambda line: run.log.event("checkpoint_size", message=line))
     run.log.event("checkpoint", path=str(path), step=run.step)
 
 
@@ -314,6 +316,7 @@ def _train_loop(run: Run) -> dict:
             except StepAbandoned:
                 metrics["val/abandoned"] = 1.0  # the update happened: keep the step, without its validation
             metrics["time/step_s"] = round(metrics["time/step_s"] + metrics.get("time/validation_s", 0.0), 4)
+            last = _watch_validation(run, metrics) or last
         run.live.stop()
         run.log.step(run.step, metrics)
         run.step += 1
@@ -331,6 +334,18 @@ def _train_loop(run: Run) -> dict:
     (run.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     run.log.close()
     return summary
+
+
+def _watch_validation(run: Run, metrics: dict) -> bool:
+    """RAGEN-2's low-validation-success stop; True when it ends the run at this step."""
+    if "val/success_rate" not in metrics or "stop_reason" in metrics:
+        return False
+    decision = run.stop_policy.observe_validation(metrics["val/success_rate"])
+    metrics["snr/low_validations"] = float(run.stop_policy.low_validations)
+    if decision.stop:
+        metrics["stop_reason"] = decision.reason
+        run.log.event("stop", reason=decision.reason, message=decision.message, step=run.step)
+    return decision.stop
 
 
 def _interrupted(run: Run, started: float) -> dict:
