@@ -175,7 +175,7 @@ def test_two_grpo_steps_train_sync_evaluate_checkpoint_and_run_the_mi_probe(tmp_
         assert row["rollout/reward_mean"] == pytest.approx(sum(rewards) / len(rewards))  # over all rollouts
         assert "policy_loss" in row and "actor_grad_norm" in row and row["ragen2/skipped_steps"] == 0.0
         # The MI probe scored (prompt, reasoning) pairs through the actor group's forward on DeepSpeed.
-        assert "probe/skipped_too_few_groups" not in row and row["probe/num_pairs"] >= 2
+        assert "probe/skipped_too_few_groups" not in row and row["probe/num_rows"] >= 2
         assert all(isinstance(row[k], float) for k in ("probe/mi_estimate", "probe/mi_zscore",
                                                        "probe/retrieval_accuracy@1"))
     evals = [r for r in run.rows() if "val/reward_mean" in r]

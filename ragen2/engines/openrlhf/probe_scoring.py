@@ -128,5 +128,5 @@ def probe_metrics(probe, samples: list, group_size: int, step: int, forward: For
     L, L_sum = cross_score_with_forward(forward, prompts, reasonings, probe.pad_id, micro_batch_size)
     metrics = mi_probe.mi_metrics_both(L, L_sum, torch.tensor(owners), column_ids=mi_probe.prompt_identities(prompts))
     metrics.update(probe.ema.update(metrics))
-    metrics["num_pairs"] = float(len(owners))
+    # (no num_pairs here: the local probe logs it only when it skips; num_rows counts the pairs)
     return {f"probe/{key}": float(value) for key, value in metrics.items()}
