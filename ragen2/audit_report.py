@@ -29,7 +29,7 @@ from pathlib import Path
 
 import mi_probe
 from ragen2.audit_verdict import run_verdict
-from ragen2.run_log import EVENTS_FILE, read_metrics
+from ragen2.run_log import EVENTS_FILE, read_steps
 
 SUCCESS_KEY = "rollout/success_rate"
 # (label, metric key): the proxies whose rank correlation with success the report tabulates
@@ -73,7 +73,7 @@ def load_run(run_dir: Path) -> RunRecord:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise FileNotFoundError(f"{run_dir}: not a directory")
-    rows = read_metrics(run_dir)
+    rows = read_steps(run_dir)  # an OpenRLHF run's evaluation rows are no steps
     if not rows:
         raise FileNotFoundError(f"{run_dir}: no metrics.jsonl rows (is it a ragen2 run directory?)")
     events = []

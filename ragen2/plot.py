@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ragen2.run_log import read_metrics
+from ragen2.run_log import finite, read_steps
 
 PANELS = (
     ("reward (mean)", ("rollout/reward_mean", "val/reward_mean")),
@@ -37,13 +37,13 @@ def curves_figure(rows: list[dict], title: str):
     from matplotlib.ticker import MaxNLocator
 
     figure, axes = plt.subplots(3, 3, figsize=(14, 10), constrained_layout=True)
-    skipped = [display_step(r) for r in rows if r.get("snr/skipped")]
+    skipped = [display_step(r) for r in rows if finite(r.get("snr/skipped"))]
     first, last = min(display_step(r) for r in rows), max(display_step(r) for r in rows)
     for axis, (panel, keys) in zip(axes.flat, PANELS):
         drawn = False
         for key in keys:
-            points = [(display_step(r), r[key]) for r in rows
-                      if isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool)]
+            points = [(display_step(r), finite(r.get(key))) for r in rows]
+            points = [(s, v) for s, v in points if v is not None]
             if points:
                 steps, values = zip(*points)
                 axis.plot(steps, values, marker="o", markersize=3, label=key)
@@ -65,7 +65,7 @@ def curves_figure(rows: list[dict], title: str):
 def plot_run(run_dir: Path, out: Path | None = None) -> Path:
     import matplotlib.pyplot as plt
 
-    rows = read_metrics(run_dir) if Path(run_dir).is_dir() else []
+    rows = read_steps(run_dir) if Path(run_dir).is_dir() else []
     if not rows:
         raise FileNotFoundError(f"no metrics.jsonl rows in {run_dir}"
                                 + ("" if Path(run_dir).is_dir() else " (no such directory)"))

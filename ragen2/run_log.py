@@ -20,6 +20,7 @@ def _jsonable(value):
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
+    """The file's rows as written (RunLog's resume rewrites them so); readers want `read_steps`."""
     path = Path(run_dir) / METRICS_FILE
     if not path.exists():
         return []
@@ -31,6 +32,55 @@ def read_metrics(run_dir: Path) -> list[dict]:
             except json.JSONDecodeError:
                 break  # a line cut short by a kill: everything before it is intact
     return rows
+
+
+# How every reader sees a run (`ragen2 plot`, `audit`, `bench report`), whichever engine wrote it.
+NON_FINITE = {"nan": math.nan, "inf": math.inf, "+inf": math.inf, "-inf": -math.inf,
+              "infinity": math.inf, "+infinity": math.inf, "-infinity": -math.inf}
+EVAL_PREFIXES = ("val/", "openrlhf/")  # the only keys of the OpenRLHF writer's evaluation rows
+
+
+def finite(value) -> float | None:
+    """A row's value as a finite float, else None (bools, strings, NaN and inf are not numbers here)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _is_eval_row(row: dict) -> bool:
+    keys = [key for key in row if key != "step"]
+    return bool(keys) and all(key.startswith(EVAL_PREFIXES) for key in keys)
+
+
+def read_steps(run_dir: Path) -> list[dict]:
+    """One row per training step, in step order, as the local engine writes them.
+
+    The local engine puts a step's validation (`val/...`) in that step's row; the OpenRLHF
+    writer (engines/openrlhf/run_files.py) appends it as a row of its own with the same `step`,
+    after the step's row: here it is merged into that row, so no reader counts it as a step.
+    An evaluation with no training row of its step (one run before the first step) is left out,
+    as the local engine has no such validation. A later training row for a step already read
+    replaces it and its evaluation (an appended log of a resumed run redoes steps).
+    NaN/inf read as float NaN/inf however they were logged (the local writer writes strings,
+    JSON allows bare NaN), so every reader filters them alike (`finite`); the gradient-norm
+    alarm still sees an inf.
+    """
+    steps: dict[int, dict] = {}
+    pending_eval: dict[int, dict] = {}
+    for raw in read_metrics(run_dir):
+        step = raw.get("step")
+        if isinstance(step, bool) or not isinstance(step, int):
+            continue  # not a step row: nothing any writer produces
+        row = {key: NON_FINITE.get(value.strip().lower(), value) if isinstance(value, str) else value
+               for key, value in raw.items()}
+        if _is_eval_row(row):
+            if step in steps:
+                steps[step].update(row)
+            else:  # kept in case its step's row follows (no writer does that today)
+                pending_eval.setdefault(step, {}).update(row)
+        else:
+            steps[step] = {**pending_eval.pop(step, {}), **row}
+    return [steps[step] for step in sorted(steps)]
 
 
 # The parts of a step's time the step line shows (seconds; the step total includes them all).

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ragen2.run_log import read_metrics
+from ragen2.run_log import finite, read_steps
 
 PANELS = (  # (metric key, title)
     ("val/success_rate", "validation success"),
@@ -22,7 +22,7 @@ PANELS = (  # (metric key, title)
 
 
 def series(rows: list[dict], key: str) -> dict[int, float]:
-    return {r["step"] + 1: r[key] for r in rows if isinstance(r.get(key), (int, float))}
+    return {r["step"] + 1: finite(r[key]) for r in rows if finite(r.get(key)) is not None}
 
 
 def plot_envs(folder: Path, cells: list[dict], results: list[dict]) -> list[Path]:
@@ -42,7 +42,7 @@ def plot_envs(folder: Path, cells: list[dict], results: list[dict]) -> list[Path
             if cell["env"] == env and cell["name"] in done:
                 row = "" if cell["row"] == "all" else f"{cell['row']} "
                 label = f"{row}{cell['treatment']}" + (f" [{cell['matrix']}]" if several_matrices else "")
-                lines.setdefault(label, []).append(read_metrics(Path(cell["run_dir"])))
+                lines.setdefault(label, []).append(read_steps(Path(cell["run_dir"])))
         if not lines:
             continue
         # sharex: validation logged only at the end is one point, placed on the training steps' axis

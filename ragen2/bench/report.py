@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ragen2.bench.published import PUBLISHED, published_value
 from ragen2.bench.runner import read_manifest, read_state
-from ragen2.run_log import read_metrics
+from ragen2.run_log import finite, read_steps
 
 COLUMNS = ("name", "matrix", "env", "algo", "filter", "variant", "treatment", "row", "model", "seed", "status",
            "reason",
@@ -54,13 +54,14 @@ def cell_result(cell: dict) -> dict:
         row["reason"] = state.get("reason")
         return row
     summary = json.loads(summary_path.read_text())
-    rows = read_metrics(run_dir)
-    val = [r for r in rows if isinstance(r.get("val/success_rate"), (int, float))]
+    rows = read_steps(run_dir)
+    # The last validated step: by success where measured, by reward for OpenRLHF's evaluator (no success rate)
+    val = [r for r in rows if any(finite(r.get(key)) is not None for key in ("val/success_rate", "val/reward_mean"))]
     last_val = val[-1] if val else {}
     pass_key = next((k for k in last_val if k.startswith("val/pass@")), None)
 
     def logged(key: str) -> list[float]:
-        return [r[key] for r in rows if isinstance(r.get(key), (int, float))]
+        return [v for r in rows if (v := finite(r.get(key))) is not None]
 
     rewards, mi = logged("rollout/reward_mean"), logged("probe/mi_zscore_ema")
     row.update({
@@ -69,17 +70,17 @@ def cell_result(cell: dict) -> dict:
         "steps_skipped": summary["steps_skipped"], "stop_reason": summary.get("stop_reason"),
         "final_val_success": summary.get("final_val_success_rate"),
         "best_val_success": summary.get("best_val_success_rate"),
-        "final_val_reward": last_val.get("val/reward_mean"),
-        "final_val_pass_at_g": last_val.get(pass_key) if pass_key else None,
+        "final_val_reward": finite(last_val.get("val/reward_mean")),
+        "final_val_pass_at_g": finite(last_val.get(pass_key)) if pass_key else None,
         "train_reward_mean": _mean(rewards),
         "last_train_reward": rewards[-1] if rewards else None,
         "kept_fraction_mean": _mean(logged("snr/kept_fraction")),
         "last_mi_zscore_ema": mi[-1] if mi else None,
         # The runner's clock spans every attempt of a resumed cell; a hand-run cell has only its last session.
         "wall_s": state.get("wall_s", summary.get("wall_s_this_session")),
-        "rollout_tokens": int(sum(r.get("rollout/num_tokens", 0) for r in rows)),
-        "response_tokens": int(round(sum(r.get("rollout/response_tokens_mean", 0) * r.get("rollout/num_trajectories", 0)
-                                         for r in rows))),
+        "rollout_tokens": int(sum(logged("rollout/num_tokens"))),
+        "response_tokens": int(round(sum((finite(r.get("rollout/response_tokens_mean")) or 0.0)
+                                         * (finite(r.get("rollout/num_trajectories")) or 0.0) for r in rows))),
     })
     return row
 

@@ -29,6 +29,7 @@ from typing import Callable
 
 from ragen2.bench.suite import Cell, Suite, SuiteError, config_difference, key_settings
 from ragen2.bench.worker import ERROR_FILE
+from ragen2.run_log import read_steps
 
 MANIFEST = "bench.json"
 CELL_STATE = "bench_cell.json"
@@ -107,11 +108,7 @@ def _failure_reason(run_dir: Path, returncode: int) -> str:
 
 
 def steps_logged(run_dir: Path) -> int:
-    path = Path(run_dir) / "metrics.jsonl"
-    if not path.is_file():
-        return 0
-    with path.open("rb") as handle:
-        return sum(1 for line in handle if line.strip())
+    return len(read_steps(run_dir))  # not lines: an OpenRLHF run logs its evaluations as rows of their own
 
 
 def subprocess_cell(cell: Cell, on_progress: Callable[[str], None], engine: str = "local",

@@ -6,6 +6,11 @@ What OpenRLHF measures is kept under its own names (its `rollout/reward_mean` is
 Its evaluator reports, per prompt, the mean reward of the samples (`eval_*_pass1`) and the best
 (`eval_*_passN`), not a success rate: they become `val/reward_mean` and `val/max_reward_mean`, and
 `summary.json` says `final_val_success_rate: null` rather than pass a reward off as a success.
+
+An evaluation is a row of its own, after its step's row and with the same `step` (the step's line
+is already flushed when OpenRLHF evaluates; rewriting it would cost the file its append-only
+safety): readers go through `ragen2.run_log.read_steps`, which merges it into the step's row, the
+local engine's shape.
 """
 
 from __future__ import annotations
