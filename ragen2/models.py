@@ -5,7 +5,8 @@
   is dequantised once into a safetensors cache under ``$RAGEN2_CACHE`` (else
   ``$XDG_CACHE_HOME/ragen2/models``, else ``~/.cache/ragen2/models``). A local directory is used as
   is; anything else is a Hugging Face hub id.
-- Models (fp32 on CPU by default): ``load_policy`` (LoRA through ``peft`` optional), ``load_reference``
+- Models (fp32 weights; forwards compute in ``dtype``, see ``ragen2.precision``): ``load_policy`` (LoRA
+  through ``peft`` optional), ``load_reference``
   (frozen; only when a KL term is on), ``load_value_model`` (PPO critic: same base, own weights,
   scalar head) and ``load_tokenizer``. ``save_model`` / ``load_model_weights`` checkpoint any of them.
 - Tests: ``build_tiny_tokenizer``, ``tiny_model_config``, ``build_tiny_policy``, ``build_tiny_value_model``.
@@ -35,6 +36,8 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import nn
 from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, LlamaModel
+
+from ragen2 import precision
 
 __all__ = [
     "BUNDLED_NAMES", "DEFAULT_MODEL", "check_model_source", "SMOLLM2_CHAT_TEMPLATE", "ModelSourceError", "ModelWeightsError",
@@ -256,7 +259,14 @@ def _as_dtype(dtype: DTypeLike) -> torch.dtype:
         return dtype
     if isinstance(dtype, str) and dtype.lower() in names:
         return names[dtype.lower()]
-    raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(names)}")
+    raise ValueError(f"unknown dtype {dtype!r}; use auto or one of {sorted(names)}")
+
+
+def _compute_dtype(dtype: DTypeLike, device) -> torch.dtype:
+    """`auto` resolved for `device` (ragen2.precision); any other name taken as it is."""
+    if isinstance(dtype, str) and dtype.lower() == "auto":
+        return precision.DTYPES[precision.resolve("auto", _as_device(device)).dtype]
+    return _as_dtype(dtype)
 
 
 def _as_device(device: Union[str, torch.device]) -> torch.device:
@@ -287,15 +297,23 @@ def load_tokenizer(source=DEFAULT_MODEL, padding_side: str = "left"):
 
 def load_policy(source=DEFAULT_MODEL, dtype: DTypeLike = torch.float32, device="cpu",
                 lora: Optional["LoraSettings"] = None) -> nn.Module:
-    """The causal LM being trained (in eval mode, as from_pretrained leaves it; the trainer toggles)."""
-    model = _from_pretrained(AutoModelForCausalLM, source, dtype=_as_dtype(dtype)).to(_as_device(device))
-    return apply_lora(model, lora) if lora is not None else model
+    """The causal LM being trained (in eval mode, as from_pretrained leaves it; the trainer toggles).
+
+    Weights are fp32; `dtype` (a name, `auto`, or a torch dtype) is the precision its forwards
+    compute in (ragen2.precision)."""
+    compute = _compute_dtype(dtype, device)
+    model = _from_pretrained(AutoModelForCausalLM, source, dtype=torch.float32).to(_as_device(device))
+    model = apply_lora(model, lora) if lora is not None else model
+    return precision.set_compute_dtype(model, compute)
 
 
 def load_reference(source=DEFAULT_MODEL, dtype: DTypeLike = torch.float32, device="cpu") -> nn.Module:
-    """A frozen copy of the base policy for the KL term: eval mode, no parameter requires grad."""
-    model = _from_pretrained(AutoModelForCausalLM, source, dtype=_as_dtype(dtype)).to(_as_device(device))
-    return model.eval().requires_grad_(False)
+    """A frozen copy of the base policy for the KL term: eval mode, no parameter requires grad.
+
+    Same weights and compute precision as the policy, so the KL is exactly 0 before the first step."""
+    compute = _compute_dtype(dtype, device)
+    model = _from_pretrained(AutoModelForCausalLM, source, dtype=torch.float32).to(_as_device(device))
+    return precision.set_compute_dtype(model.eval().requires_grad_(False), compute)
 
 
 class ValueModel(nn.Module):
@@ -323,17 +341,19 @@ class ValueModel(nn.Module):
                 position_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
         output = self.backbone(input_ids=input_ids, attention_mask=attention_mask,
                                position_ids=position_ids, use_cache=False)
-        hidden = output.last_hidden_state.to(self.value_head.weight.dtype)
-        return self.value_head(hidden).squeeze(-1)
+        with precision.full_precision(self.value_head):  # the value head's output is fp32 (RL-safe)
+            hidden = output.last_hidden_state.to(self.value_head.weight.dtype)
+            return self.value_head(hidden).squeeze(-1)
 
 
 def load_value_model(source=DEFAULT_MODEL, dtype: DTypeLike = torch.float32, device="cpu",
                      lora: Optional["LoraSettings"] = None) -> ValueModel:
     """The critic, from the policy's source but with its own weights (and its own LoRA, if any)."""
-    backbone = _from_pretrained(AutoModel, source, dtype=_as_dtype(dtype))
+    compute = _compute_dtype(dtype, device)
+    backbone = _from_pretrained(AutoModel, source, dtype=torch.float32)
     if lora is not None:
         backbone = apply_lora(backbone, lora, task_type="FEATURE_EXTRACTION")
-    return ValueModel(backbone).to(_as_device(device))
+    return precision.set_compute_dtype(ValueModel(backbone).to(_as_device(device)), compute)
 
 
 # ----------------------------------------------------------------------------- LoRA

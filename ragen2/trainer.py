@@ -20,7 +20,7 @@ import torch
 import envs
 import snr
 from ragen2 import checkpoint as ckpt
-from ragen2 import grad_decomp
+from ragen2 import grad_decomp, precision
 from ragen2 import probe as probe_lib
 from ragen2.algos import advantages as adv_lib
 from ragen2.algos import losses
@@ -253,7 +253,11 @@ def setup(cfg: Config, run_dir: Path, resume: bool = False, quiet: bool = False,
 
     apply_threads(cfg, warn)
     torch.manual_seed(cfg.trainer.seed)
-    models = models or local.build_models(cfg)
+    choices = []
+    if models is None:
+        models = local.build_models(cfg, report=choices.append)
+    elif cfg.model.dtype == "auto":  # models built by the caller: record what they compute in
+        cfg.model.dtype = str(precision.compute_dtype(models.policy)).removeprefix("torch.")
     optimizers = local.build_optimizers(models, cfg)
     generator = torch.Generator().manual_seed(cfg.trainer.seed)
     run = Run(cfg, run_dir, models, optimizers, generator, filter_config(cfg), snr.StopPolicy(stop_config(cfg)),
@@ -281,6 +285,8 @@ def setup(cfg: Config, run_dir: Path, resume: bool = False, quiet: bool = False,
     run.log = RunLog(run_dir, cfg.trainer.total_steps, json.loads(cfg.model_dump_json()),
                      resume_step=resume_step, use_wandb=cfg.trainer.wandb,
                      use_tensorboard=cfg.trainer.tensorboard, quiet=quiet)
+    for choice in choices:
+        run.log.event("precision", message=choice.describe(), dtype=choice.dtype)
     if latest is not None:
         run.log.event("resume", message=f"resumed from {latest} at step {resume_step}", step=resume_step)
     return run

@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from ragen2 import models
+from ragen2 import models, precision
 from ragen2.models import LoraSettings, ModelSourceError, ModelWeightsError
 
 CHATML_ONE_TURN = (
@@ -225,7 +225,8 @@ def test_chat_template_renders_chatml_turns(tokenizer):
 
 
 def test_dtype_and_device_arguments(tiny_dir):
-    assert models.load_policy(tiny_dir, dtype="bf16").dtype == torch.bfloat16
+    bf16 = models.load_policy(tiny_dir, dtype="bf16")  # bf16 compute over fp32 master weights
+    assert bf16.dtype == torch.float32 and precision.compute_dtype(bf16) == torch.bfloat16
     assert models.load_policy(tiny_dir, device="auto").device.type in ("cpu", "cuda")
     with pytest.raises(ValueError, match="unknown dtype"):
         models.load_policy(tiny_dir, dtype="float8")

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from ragen2 import models as model_lib
+from ragen2 import precision
 from ragen2.algos import losses
 from ragen2.config import Config
 
@@ -33,9 +34,16 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def build_models(cfg: Config) -> Models:
-    """Load what the config asks for: a critic only with GAE, a reference only with a KL term."""
+def build_models(cfg: Config, report=None) -> Models:
+    """Load what the config asks for: a critic only with GAE, a reference only with a KL term.
+
+    `model.dtype=auto` is resolved here for the device (ragen2.precision) and written back into
+    the config, so config.yaml records what ran; `report(choice)` is told the choice and why."""
     device = pick_device(cfg.model.device)
+    choice = precision.resolve(cfg.model.dtype, device)
+    cfg.model.dtype = choice.dtype
+    if report is not None:
+        report(choice)
     source = model_lib.resolve_model_source(cfg.model.name)
     lora = (model_lib.LoraSettings(rank=cfg.model.lora_rank, alpha=cfg.model.lora_alpha,
                                    dropout=cfg.model.lora_dropout) if cfg.model.lora_rank > 0 else None)
@@ -72,8 +80,10 @@ def policy_log_probs(model: nn.Module, input_ids: torch.Tensor, attention_mask: 
         return log_probs, entropy
     ids, attn = input_ids[:, :width], attention_mask[:, :width]
     predicts = response_mask[:, 1:width].bool()  # hidden state t-1 predicts token t
-    hidden = model.get_decoder()(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state
-    logits = model.get_output_embeddings()(hidden[:, :-1][predicts]).float()
+    with precision.autocast(model):  # matmuls in the model's compute dtype; all that follows in fp32
+        hidden = model.get_decoder()(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state
+        logits = model.get_output_embeddings()(hidden[:, :-1][predicts])
+    logits = logits.float()
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
     logp_all = torch.log_softmax(logits, dim=-1)
@@ -95,7 +105,9 @@ def critic_values(critic: nn.Module, input_ids: torch.Tensor, attention_mask: to
     values = torch.zeros(batch, seq_len, dtype=torch.float32, device=input_ids.device)
     if width < 2:
         return values
-    per_position = critic(input_ids[:, :width], attention_mask[:, :width]).float()
+    with precision.autocast(critic):  # the value head itself runs in fp32 (models.ValueModel)
+        per_position = critic(input_ids[:, :width], attention_mask[:, :width])
+    per_position = per_position.float()
     values = values.clone()
     values[:, 1:width] = per_position[:, :-1]
     return values

@@ -16,12 +16,19 @@ Same math as `LlamaForCausalLM.forward` in fp32 (the same RMSNorm, rotary module
 attention formula); only summation order differs, by ~1e-6 on log-probs. The fused weights
 are copies, refreshed on `refresh_weights()` (call it after an optimiser step; the
 GenerationSession builds one per rollout, so training never samples from stale weights).
+
+In bf16 (a model whose compute dtype is bf16, ragen2.precision) it follows what autocast does
+to the model's own forward: the weight copies, the matmuls and the KV cache are bf16, while the
+residual stream, RMSNorm, rotary, softmax and the logits' use stay fp32. Half the bytes a
+decode step streams, and the bf16 units do the matmuls.
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
+from ragen2 import precision
 
 SUPPORTED = ("LlamaForCausalLM", "Qwen2ForCausalLM")
 
@@ -51,7 +58,8 @@ class FastDecoder:
         self.group = self.heads // self.kv_heads
         self.scale = self.head_dim ** -0.5
         param = next(model.parameters())
-        self.device, self.dtype = param.device, param.dtype
+        # dtype: the matmuls' and the cache's; the residual stream stays in the weights' dtype
+        self.device, self.dtype, self.stream_dtype = param.device, precision.compute_dtype(model), param.dtype
         self.refresh_weights()
         self.rows, self.capacity = 0, 0
         self.keys: list[torch.Tensor] = []
@@ -64,21 +72,27 @@ class FastDecoder:
     def refresh_weights(self) -> None:
         """Fuse q/k/v and gate/up into one matrix each (one matmul instead of three / two)."""
         inner = self.model.model
+        def matmul_weight(*parts):  # a copy in the compute dtype (one cat for fused parts)
+            return torch.cat(parts).to(self.dtype) if len(parts) > 1 else parts[0].to(self.dtype)
+
+        def maybe(bias):
+            return None if bias is None else bias.to(self.dtype)
+
         self.embed = inner.embed_tokens.weight
         self.final_norm = (inner.norm.weight, inner.norm.variance_epsilon)
-        self.head = self.model.lm_head.weight
-        self.layers = []
         with torch.no_grad():
+            self.head = matmul_weight(self.model.lm_head.weight)
+            self.layers = []
             for layer in inner.layers:
                 attn, mlp = layer.self_attn, layer.mlp
-                qkv = torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight])
-                bias = (torch.cat([attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias])
+                qkv = matmul_weight(attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight)
+                bias = (matmul_weight(attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias)
                         if attn.q_proj.bias is not None else None)
                 self.layers.append((
                     layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon, qkv, bias,
-                    attn.o_proj.weight, attn.o_proj.bias,
+                    matmul_weight(attn.o_proj.weight), maybe(attn.o_proj.bias),
                     layer.post_attention_layernorm.weight, layer.post_attention_layernorm.variance_epsilon,
-                    torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]), mlp.down_proj.weight,
+                    matmul_weight(mlp.gate_proj.weight, mlp.up_proj.weight), matmul_weight(mlp.down_proj.weight),
                 ))
         self.rotary = inner.rotary_emb
 
@@ -133,7 +147,7 @@ class FastDecoder:
     def forward(self, input_ids: torch.Tensor, counts: list[int] | None = None, first: int = 0) -> torch.Tensor:
         """Append input_ids [n, T] (row i: its first counts[i] real) to cache rows first..first+n-1.
 
-        Returns the logits [n, V] (fp32 as the model's dtype) at each row's last real token.
+        Returns the logits [n, V] in fp32 at each row's last real token.
         """
         n, width = input_ids.shape
         if counts is None:
@@ -156,7 +170,8 @@ class FastDecoder:
         mask = visible[:, None, None].expand(n, 1, self.group, width, end).reshape(n, 1, self.group * width, end)
         # An additive mask, built once for all layers; matmul attention (CPU SDPA's flash
         # kernel costs ~0.5 ms a call at these sizes, most of a small decode step).
-        bias = torch.zeros(mask.shape, device=self.device, dtype=self.dtype).masked_fill_(~mask, float("-inf"))
+        bias = torch.zeros(mask.shape, device=self.device, dtype=torch.float32).masked_fill_(~mask, float("-inf"))
+        low = self.dtype != self.stream_dtype
         cos, sin = self.rotary(self.embed, positions)  # [n, T, D]
         cos, sin = cos[:, None], sin[:, None]
         half = self.head_dim // 2
@@ -167,12 +182,15 @@ class FastDecoder:
             write_at = start.to(self.device)
         for layer, (norm1, eps1, qkv_w, qkv_b, o_w, o_b, norm2, eps2, gate_up, down) in enumerate(self.layers):
             x = _rms_norm(hidden, norm1, eps1)
-            qkv = F.linear(x, qkv_w, qkv_b)
+            qkv = F.linear(x.to(self.dtype), qkv_w, qkv_b)
             q = qkv[..., :q_size].view(n, width, self.heads, self.head_dim).transpose(1, 2)
             k = qkv[..., q_size:q_size + kv_size].view(n, width, self.kv_heads, self.head_dim).transpose(1, 2)
             v = qkv[..., q_size + kv_size:].view(n, width, self.kv_heads, self.head_dim).transpose(1, 2)
+            if low:  # rotary in fp32, as the model's forward under autocast does it
+                q, k = q.float(), k.float()
             q = q * cos + torch.cat((-q[..., half:], q[..., :half]), dim=-1) * sin
             k = k * cos + torch.cat((-k[..., half:], k[..., :half]), dim=-1) * sin
+            q, k = q.to(self.dtype), k.to(self.dtype)
             cache_k, cache_v = self.keys[layer], self.values[layer]
             if width == 1:
                 cache_k[row_index, :, write_at] = k[:, :, 0]
@@ -183,16 +201,17 @@ class FastDecoder:
                     cache_k[first + i, :, s:s + width] = k[i]
                     cache_v[first + i, :, s:s + width] = v[i]
             q = q.reshape(n, self.kv_heads, self.group * width, self.head_dim)
-            scores = torch.matmul(q, cache_k[rows, :, :end].transpose(-1, -2)).mul_(self.scale).add_(bias)
-            out = torch.matmul(torch.softmax(scores, dim=-1), cache_v[rows, :, :end])
+            scores = torch.matmul(q, cache_k[rows, :, :end].transpose(-1, -2))
+            scores = (scores.float() if low else scores).mul_(self.scale).add_(bias)
+            out = torch.matmul(torch.softmax(scores, dim=-1).to(self.dtype), cache_v[rows, :, :end])
             out = out.view(n, self.heads, width, self.head_dim).transpose(1, 2).reshape(n, width, q_size)
             hidden = hidden + F.linear(out, o_w, o_b)
-            x = F.linear(_rms_norm(hidden, norm2, eps2), gate_up)
+            x = F.linear(_rms_norm(hidden, norm2, eps2).to(self.dtype), gate_up)
             gate, up = x.chunk(2, dim=-1)
             hidden = hidden + F.linear(F.silu(gate) * up, down)
         self.lengths[rows] += torch.tensor(counts, dtype=torch.long)
         last = hidden[torch.arange(n, device=self.device), torch.tensor(counts, device=self.device) - 1]
-        return F.linear(_rms_norm(last, *self.final_norm), self.head)
+        return F.linear(_rms_norm(last, *self.final_norm).to(self.dtype), self.head).float()
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

@@ -29,6 +29,8 @@ from typing import Sequence
 
 import torch
 
+from ragen2 import precision
+
 try:  # transformers' cache API (4.56+ / 5.x); without it the model's own cache is used
     from transformers import PreTrainedModel
     from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
@@ -187,8 +189,9 @@ def generate(model, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, te
     was_training = model.training
     model.eval()  # no dropout while sampling
     try:
-        return _generate(model, prompts, max_new_tokens, temperature, top_p, stop_strings,
-                         set(int(t) for t in eos_token_ids), pad_token_id, tokenizer, generator, shrink_batch)
+        with precision.autocast(model):  # the update's precision (ragen2.precision); sampling in fp32
+            return _generate(model, prompts, max_new_tokens, temperature, top_p, stop_strings,
+                             set(int(t) for t in eos_token_ids), pad_token_id, tokenizer, generator, shrink_batch)
     finally:
         model.train(was_training)
 
