@@ -57,6 +57,18 @@ def write_state(run_dir: Path, **fields) -> dict:
     return state
 
 
+# Keys whose config value means "decide when the run starts" (written into config.yaml as decided):
+# a saved run holding any decided value is the same run.
+RESOLVED_AT_START = {"trainer.num_threads": 0, "model.dtype": "auto"}
+
+
+def _resolved_at_start(cfg, key: str) -> bool:
+    if key not in RESOLVED_AT_START:
+        return False
+    section, field = key.split(".")
+    return getattr(getattr(cfg, section), field) == RESOLVED_AT_START[key]
+
+
 def check_resumable(cells: list[Cell]) -> None:
     """A run directory that already holds a different config is an error, before anything runs.
 
@@ -69,7 +81,7 @@ def check_resumable(cells: list[Cell]) -> None:
         if saved.is_file() and saved.read_text() != cell.config.to_yaml():
             # Where the folder is named from (a relative or absolute --out) does not change the run.
             keys = [k for k in config_difference(saved.read_text(), cell.config) if k not in LOCATION_KEYS
-                    and not (k == "trainer.num_threads" and cell.config.trainer.num_threads == 0)]  # 0: resolved at start
+                    and not _resolved_at_start(cell.config, k)]
             if keys:
                 problems.append(f"{cell.run_dir} holds a run with another config (differs in {keys[:6]})")
     if problems:

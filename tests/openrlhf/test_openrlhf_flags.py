@@ -198,10 +198,17 @@ def test_values_openrlhf_cannot_express_fail_naming_the_key(overrides, cluster, 
 
 def test_all_problems_are_reported_together():
     with pytest.raises(UnsupportedConfig) as error:
-        command(overrides=["rollout.context=window", "algo.loss_agg=seq-mean-token-sum"])
+        command(overrides=["rollout.context=window", "algo.loss_agg=seq-mean-token-sum", "model.dtype=float32"])
     text = str(error.value)
     for key in ("model.name=bundled", "model.dtype=float32", "rollout.context=window", "algo.loss_agg"):
         assert key in text
+
+
+def test_model_dtype_auto_trains_in_bf16_on_the_cluster():
+    cfg = load_config(algo="grpo", overrides=["model.name=m", *SMALL[1:]])
+    assert cfg.model.dtype == "auto"
+    flags = plan_launch(cfg, RUN, Cluster()).command
+    assert flags[flags.index("--ds.param_dtype") + 1] == "bf16"
 
 
 def test_grpo_std_eps_left_at_its_default_is_a_note_not_an_error():

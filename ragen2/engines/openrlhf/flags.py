@@ -37,7 +37,7 @@ BUNDLED_NAMES = ("bundled", "smollm2", "smollm2-135m-instruct")  # ragen2.models
 ESTIMATORS = {"gae": "gae", "grpo": "group_norm", "dr_grpo": "dr_grpo"}
 OPENRLHF_LOSS_AGG = ("token-mean", "seq-mean-token-mean")  # --actor.loss_agg_mode choices
 REWARD_CLIP = 1e9  # "no clipping" for --reward.clip_range
-DTYPES = {"bfloat16": "bf16", "float16": "fp16"}
+DTYPES = {"auto": "bf16", "bfloat16": "bf16", "float16": "fp16"}  # auto: OpenRLHF runs on GPUs, bf16
 
 
 class UnsupportedConfig(ConfigError):
