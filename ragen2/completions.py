@@ -109,8 +109,13 @@ def read_completions(run_dir: Path) -> list[dict]:
 
 
 def _one_line(text: str, limit: int = CONSOLE_CHARS) -> str:
-    flat = " ".join(text.split())
+    # a random model's bytes include control characters: keep them off the terminal
+    flat = " ".join("".join(c if c.isprintable() or c.isspace() else "\ufffd" for c in text).split())
     return flat if len(flat) <= limit else flat[:limit - 1] + "…"
+
+
+def _signed(value, digits: int) -> str:
+    return "n/a" if value is None else f"{value:+.{digits}f}"  # the OpenRLHF engine has no per-turn rewards
 
 
 def _turn_flag(parse: dict) -> str:
@@ -127,9 +132,9 @@ def console_text(records: list[dict]) -> str:
     for r in records:
         kept = "" if r.get("kept") is None else (" kept" if r["kept"] else " filtered out")
         lines.append(f"  [{r['rank']}] group {r['group']} member {r['member']} seed {r['seed']} | "
-                     f"reward {r['reward']:+.3f} | success {'yes' if r['success'] else 'no'}{kept}")
+                     f"reward {_signed(r['reward'], 3)} | success {'yes' if r['success'] else 'no'}{kept}")
         for k, turn in enumerate(r["turns"]):
-            lines.append(f"    turn {k + 1} ({_turn_flag(turn['parse'])}, {turn['reward']:+.2f}): "
+            lines.append(f"    turn {k + 1} ({_turn_flag(turn['parse'])}, {_signed(turn['reward'], 2)}): "
                          f"{_one_line(turn['response'])}")
     return "\n".join(lines)
 
@@ -139,9 +144,9 @@ def markdown(records: list[dict]) -> str:
     parts = []
     for r in records:
         parts.append(f"**{r['rank']}**: group {r['group']}, member {r['member']}, seed {r['seed']}, "
-                     f"reward {r['reward']:+.3f}, success {r['success']}")
+                     f"reward {_signed(r['reward'], 3)}, success {r['success']}")
         for k, turn in enumerate(r["turns"]):
-            parts.append(f"turn {k + 1} ({_turn_flag(turn['parse'])}, reward {turn['reward']:+.2f}):\n\n"
+            parts.append(f"turn {k + 1} ({_turn_flag(turn['parse'])}, reward {_signed(turn['reward'], 2)}):\n\n"
                          + "\n".join("    " + line for line in turn["response"].splitlines() or [""]))
     return "\n\n".join(parts)
 

@@ -187,3 +187,56 @@ def test_tensorboard_gets_the_completions_as_text(tmp_path, monkeypatch):
     assert tag == "completions" and step == 4
     assert "**worst**: group 0, member 1, seed 5, reward -0.100" in text and "    I refuse" in text
     assert "format error: no <think> tag" in text
+
+
+def _openrlhf_sample(tok, replies: list[str], reward: float, success: float, seed: int):
+    """A one-sample Experience as OpenRLHF builds it from our agent's output: left-padded ids,
+    action_mask[t] marking token t+1 as sampled (the agent's turn spans)."""
+    from types import SimpleNamespace
+
+    from ragen2.rollout.chat import ChatFormat, TokenTrajectory
+
+    chat = ChatFormat(tok)
+    trajectory = TokenTrajectory(chat, [{"role": "system", "content": "s"}, {"role": "user", "content": "Turn 1"}],
+                                 prefill="<think>")
+    for k, reply in enumerate(replies):
+        ids = tok.encode(reply, add_special_tokens=False) + [tok.eos_token_id]
+        trajectory.add_reply(ids, [0.0] * len(ids), "<think>" + reply, ended_with_eos=True)
+        if k + 1 < len(replies):
+            trajectory.add_user(f"Reward:\n0\n\nTurn {k + 2}")
+    ids, pad = trajectory.input_ids[:trajectory.last_sampled_end()], 3
+    action = [False] * (len(ids) - 1)
+    for start, end in trajectory.turn_spans:
+        for t in range(start, end):
+            action[t - 1] = True
+    label = json.dumps({"env": "sokoban", "env_config": {}, "seed": seed, "max_turns": 2, "max_new_tokens": 40})
+    return SimpleNamespace(sequences=torch.tensor([[tok.pad_token_id] * pad + ids]),
+                           attention_mask=torch.tensor([[0] * pad + [1] * len(ids)]),
+                           action_mask=torch.tensor([[False] * pad + action]), rewards=torch.tensor([reward]),
+                           scores=torch.tensor([success]), labels=[label],
+                           info={"env/format_ok_fraction": torch.tensor([0.5])})
+
+
+def test_openrlhf_samples_give_the_same_records_from_their_tokens(tmp_path):
+    from ragen2.engines.openrlhf.completions import pick_samples
+    from ragen2.engines.openrlhf.run_files import RunFiles
+
+    tok = tiny_tokenizer("chatml")
+    good, bad = "hm</think><answer>Left</answer>", "no closing tag"
+    samples = [_openrlhf_sample(tok, [good, bad], -0.6, 0.0, 11), _openrlhf_sample(tok, [good], 0.9, 1.0, 11),
+               _openrlhf_sample(tok, [bad], -0.1, 0.0, 12), _openrlhf_sample(tok, [good], -0.1, 0.0, 12)]
+    records = pick_samples(samples, 2, 2, tok, "<think>", kept_groups=[1])
+    best, worst = records
+    assert (best["rank"], best["group"], best["member"], best["seed"], best["success"], best["kept"]) == (
+        "best", 0, 1, 11, True, False)
+    assert (worst["rank"], worst["group"], worst["member"], worst["seed"], worst["kept"]) == ("worst", 0, 0, 11, False)
+    assert best["reward"] == pytest.approx(0.9) and worst["reward"] == pytest.approx(-0.6)
+    assert [t["response"] for t in worst["turns"]] == ["<think>" + good, "<think>" + bad]  # as the env saw them
+    assert [(t["parse"]["format_ok"], t["parse"]["error"]) for t in worst["turns"]] == [
+        (True, None), (False, "<think> is never closed")]
+    assert worst["format_ok_fraction"] == 0.5 and worst["turns"][0]["reward"] is None  # not carried by a sample
+    files = RunFiles(tmp_path)
+    files.log_completions(3, records)
+    files.finish(4, 0, None)
+    assert comp.read_completions(tmp_path) == [{"step": 3, **r} for r in records]
+    assert "turn 1 (ok, n/a)" in comp.console_text(records)
