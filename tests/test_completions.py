@@ -24,7 +24,8 @@ from ragen2.train_cli import compose
 TINY = ["rollout.num_groups=2", "rollout.group_size=2", "rollout.max_new_tokens=6", "trainer.val_groups=2",
         "optim.micro_batch_size=2", "optim.mini_batch_size=4", "probe.every=0", "trainer.num_threads=1",
         "--filter", "none", "--algo", "grpo"]
-SCRIPT = {1: "<think>l</think><answer>Left</answer>", 2: "I refuse", 3: "<think>hm</think><answer>Right || Fly</answer>"}
+SCRIPT = {1: "<think>l</think><answer>Left</answer>", 2: "I refuse",
+          3: "<think>hm</think><answer>Right || Fly</answer>"}
 
 
 def _deterministic(rows):
