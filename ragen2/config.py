@@ -179,6 +179,10 @@ class TrainerSection(Section):
     wandb_name: str | None = None  # None = the run directory's name
     wandb_tags: list[str] = Field(default_factory=list)
     tensorboard: bool = False
+    # completions.jsonl (+ wandb table, TensorBoard text): this many trajectories per step, the
+    # best and worst first, with text, parse results and reward; 0 = off
+    log_completions: int = Field(2, ge=0)
+    print_completions: bool = False  # also print them under each step line (--show-completions; not with --quiet)
 
 
 class ProbeSection(Section):

@@ -1,5 +1,6 @@
 """Where a run's numbers go: metrics.jsonl always (one flushed line per step), events.jsonl
-for alerts and stops, wandb and TensorBoard when asked for, and a one-line progress display."""
+for alerts and stops, completions.jsonl (ragen2.completions), wandb and TensorBoard when asked
+for, and a one-line progress display."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import math
 import sys
 import time
 from pathlib import Path
+
+from ragen2 import completions as completions_lib
 
 METRICS_FILE = "metrics.jsonl"
 EVENTS_FILE = "events.jsonl"
@@ -91,16 +94,19 @@ STEP_PARTS = (("rollout", "time/rollout_s"), ("probe", "probe/time_s"), ("grad",
 
 class RunLog:
     def __init__(self, run_dir: Path, total_steps: int, config_dict: dict, *, resume_step: int = 0,
-                 use_wandb: bool = False, use_tensorboard: bool = False, quiet: bool = False):
+                 use_wandb: bool = False, use_tensorboard: bool = False, quiet: bool = False,
+                 print_completions: bool = False):
         self.run_dir = Path(run_dir)
         self.total_steps = total_steps
         self.quiet = quiet
+        self.print_completions = print_completions and not quiet
         # On resume, drop rows past the checkpoint: those steps are about to be redone.
         kept = [row for row in read_metrics(self.run_dir) if row.get("step", 0) < resume_step]
         self._metrics = (self.run_dir / METRICS_FILE).open("w")
         for row in kept:
             self._metrics.write(json.dumps(row) + "\n")
         self._metrics.flush()
+        self._completions = completions_lib.CompletionsLog(self.run_dir, resume_step)
         self._events = (self.run_dir / EVENTS_FILE).open("a")
         self._wandb = self._tensorboard = None
         if use_wandb:
@@ -119,18 +125,30 @@ class RunLog:
 
         return wandb_log.start(self.run_dir, config_dict, lambda message: self.event("warning", message=message))
 
-    def step(self, step: int, metrics: dict) -> None:
+    def step(self, step: int, metrics: dict, completions: list[dict] = ()) -> None:
+        """One step's metrics row, and its recorded completions (ragen2.completions.pick)."""
         row = {"step": step, **{k: _jsonable(v) for k, v in metrics.items()}}
         self._metrics.write(json.dumps(row) + "\n")
         self._metrics.flush()
+        self._completions.write(step, list(completions))
         numeric = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
         if self._wandb is not None:
-            self._wandb.log(numeric, step=step)
+            logged = dict(numeric)
+            if completions:  # in the same log call: one wandb step per training step
+                import wandb
+
+                logged["completions"] = wandb.Table(columns=completions_lib.TABLE_COLUMNS,
+                                                    data=completions_lib.table_rows(step, completions))
+            self._wandb.log(logged, step=step)
         if self._tensorboard is not None:
             for key, value in numeric.items():
                 self._tensorboard.add_scalar(key, value, step)
+            if completions:
+                self._tensorboard.add_text("completions", completions_lib.markdown(completions), step)
         if not self.quiet:
             self._print_progress(step, metrics)
+        if self.print_completions and completions:
+            print(completions_lib.console_text(completions), file=sys.stderr, flush=True)
 
     def _print_progress(self, step: int, m: dict) -> None:
         parts = [f"step {step + 1}/{self.total_steps}"]
@@ -158,6 +176,7 @@ class RunLog:
 
     def close(self) -> None:
         self._metrics.close()
+        self._completions.close()
         self._events.close()
         if self._wandb is not None:
             self._wandb.finish()

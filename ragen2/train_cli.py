@@ -31,6 +31,9 @@ def add_parser(commands) -> None:
     parser.add_argument("--steps", type=int, help="total training steps")
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its latest checkpoint")
     parser.add_argument("--quiet", action="store_true", help="no per-step progress lines")
+    parser.add_argument("--show-completions", action="store_true",
+                        help="print the step's recorded trajectories (trainer.log_completions) under each step "
+                             "line: trainer.print_completions=true")
     parser.add_argument("--engine", choices=("local", "openrlhf"), default="local",
                         help="local: this process (CPU or one GPU); openrlhf: OpenRLHF 0.11.2 on a Ray cluster "
                              "(docs/distributed.md)")
@@ -58,7 +61,8 @@ def compose(args):
             raise ConfigError(f"--env-arg {item!r} is not KEY=VALUE (e.g. --env-arg dim_x=8)")
         overrides.append(f"env.overrides.{key.strip()}={value}")
     flags = {"model.name": args.model, "trainer.out": args.out, "trainer.seed": args.seed,
-             "trainer.total_steps": args.steps}
+             "trainer.total_steps": args.steps,
+             "trainer.print_completions": True if getattr(args, "show_completions", False) else None}
     overrides += [f"{key}={value}" for key, value in flags.items() if value is not None]
 
     if args.resume:

@@ -20,6 +20,7 @@ import torch
 import envs
 import snr
 from ragen2 import checkpoint as ckpt
+from ragen2 import completions
 from ragen2 import grad_decomp, precision
 from ragen2 import probe as probe_lib
 from ragen2.algos import advantages as adv_lib
@@ -51,6 +52,7 @@ class Run:
     summary: dict = field(default_factory=dict)
     interrupts: Interrupts = field(default_factory=Interrupts)
     live: LiveLine = field(default_factory=LiveLine)  # the live progress line (off unless a terminal)
+    completions: list = field(default_factory=list)  # this step's recorded trajectories (ragen2.completions)
 
 
 class Timer:
@@ -125,6 +127,7 @@ def train_step(run: Run) -> dict:
     with timer("filter"):
         selection = snr.select_groups(group_rewards(batch), run.filter_config)
     metrics.update(selection.metrics)
+    run.completions = completions.pick(batch, cfg.trainer.log_completions, selection.kept.tolist())  # no RNG
     decision = run.stop_policy.observe(selection)
     metrics.update(run.stop_policy.metrics())
     if not selection.skip:
@@ -284,7 +287,8 @@ def setup(cfg: Config, run_dir: Path, resume: bool = False, quiet: bool = False,
     (run_dir / "config.yaml").write_text(cfg.to_yaml())
     run.log = RunLog(run_dir, cfg.trainer.total_steps, json.loads(cfg.model_dump_json()),
                      resume_step=resume_step, use_wandb=cfg.trainer.wandb,
-                     use_tensorboard=cfg.trainer.tensorboard, quiet=quiet)
+                     use_tensorboard=cfg.trainer.tensorboard, quiet=quiet,
+                     print_completions=cfg.trainer.print_completions)
     for choice in choices:
         run.log.event("precision", message=choice.describe(), dtype=choice.dtype)
     if latest is not None:
@@ -324,7 +328,7 @@ def _train_loop(run: Run) -> dict:
             metrics["time/step_s"] = round(metrics["time/step_s"] + metrics.get("time/validation_s", 0.0), 4)
             last = _watch_validation(run, metrics) or last
         run.live.stop()
-        run.log.step(run.step, metrics)
+        run.log.step(run.step, metrics, run.completions)
         run.step += 1
         if run.interrupts.requested:
             stop_reason = "interrupted"

@@ -9,6 +9,7 @@ import pytest
 
 from ragen2 import wandb_log
 from ragen2.cli import main
+from ragen2.completions import read_completions
 from ragen2.run_log import read_metrics
 
 TINY = ["rollout.num_groups=2", "rollout.group_size=2", "rollout.max_new_tokens=6", "trainer.val_groups=2",
@@ -33,7 +34,11 @@ def fake_wandb(monkeypatch, tmp_path):
         calls.append(Run(kwargs))
         return calls[-1]
 
-    monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(init=init))
+    class Table:
+        def __init__(self, columns, data):
+            self.columns, self.data = columns, data
+
+    monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(init=init, Table=Table))
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.netrc: not logged in
     for name in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_PROJECT", "WANDB_ENTITY"):
         monkeypatch.delenv(name, raising=False)
@@ -78,3 +83,12 @@ def test_a_resumed_run_continues_the_same_wandb_run(tiny_model_dir, tmp_path, fa
     assert first.kwargs["id"] == second.kwargs["id"] and second.kwargs["resume"] == "allow"
     assert first.kwargs["tags"] == ["cpu"] and first.kwargs["config"]["trainer"]["wandb"] is True
     assert [step for step, _ in first.logged + second.logged] == [r["step"] for r in read_metrics(run)] == [0, 1]
+    # trainer.log_completions (2 by default) goes out as a table in the step's one log call
+    recorded = read_completions(run)
+    for step, values in first.logged + second.logged:
+        table = values["completions"]
+        rows = [dict(zip(table.columns, row)) for row in table.data]
+        assert [(r["step"], r["rank"], r["group"], r["member"], r["reward"]) for r in rows] == [
+            (c["step"], c["rank"], c["group"], c["member"], c["reward"]) for c in recorded if c["step"] == step]
+        assert [r["responses"] for r in rows] == [c["turns"][0]["response"] for c in recorded if c["step"] == step]
+        assert [r["rank"] for r in rows] == ["best", "worst"]

@@ -109,6 +109,7 @@ class _Episode:
     def __init__(self, env, record: TrajectoryRecord, chat: ChatFormat, config: RolloutConfig, index: int):
         self.env, self.record, self.chat, self.config, self.index = env, record, chat, config, index
         observation, _ = env.reset(seed=record.seed, options={"rollout_index": record.member})
+        record.observations.append(str(observation))
         system, first_user = first_turn_messages(env, observation, config.max_response_words)
         self.system = system
         self.user_contents = [first_user["content"]]  # the user message that opens each turn
@@ -152,6 +153,9 @@ class _Episode:
         record.think_lengths.append(span[1] - span[0] if span else 0)
         record.response_lengths.append(len(ids))
         record.finish_reasons.append(finish_reason)
+        record.observations.append(str(observation))
+        record.actions.append({"parsed": list(info["parse"]["actions"]), "executed": list(info["actions_executed"]),
+                               "num_invalid": int(info["parse"]["num_invalid"])})
         record.success = bool(info["success"])
         self.replies.append(text)
 

@@ -50,6 +50,10 @@ class TrajectoryRecord:
     think_lengths: list[int] = field(default_factory=list)  # tokens; 0 where no reasoning span
     response_lengths: list[int] = field(default_factory=list)  # sampled tokens per turn
     finish_reasons: list[str] = field(default_factory=list)
+    # For reading what the model did (completions.jsonl), not for training: the env's state text
+    # before each turn plus the one after the last, and per turn the actions parsed / executed.
+    observations: list[str] = field(default_factory=list)
+    actions: list[dict] = field(default_factory=list)  # {"parsed", "executed", "num_invalid"} per turn
     success: bool = False
     context_truncated: bool = False
 

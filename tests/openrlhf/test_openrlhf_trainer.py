@@ -345,3 +345,11 @@ def test_the_controller_writes_the_run_directory_files_the_bench_reads(trainer, 
     assert (summary["steps"], summary["steps_trained"], summary["steps_skipped"]) == (3, 2, 1)
     assert summary["final_val_success_rate"] is None and summary["final_val_reward_mean"] == 0.3
     assert summary["engine"] == "openrlhf"
+    # trainer.log_completions=2: each step's best and worst sample (before the filter), skipped steps too
+    from ragen2.completions import read_completions
+
+    recorded = [(r["step"], r["rank"], r["group"], r["member"], r["reward"], r["kept"])
+                for r in read_completions(tmp_path)]
+    assert recorded == [(0, "best", 0, 0, 1.0, False), (0, "worst", 0, 1, 1.0, False),
+                        (1, "best", 0, 0, 1.0, False), (1, "worst", 1, 0, 0.0, True),
+                        (2, "best", 0, 0, 1.0, False), (2, "worst", 1, 0, 0.0, True)]

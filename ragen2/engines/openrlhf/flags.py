@@ -233,6 +233,7 @@ def trainer_settings(cfg: Config, cluster: Cluster, run_dir: Path | None = None)
         "total_steps": cfg.trainer.total_steps,  # the controller's eval / checkpoint schedule (rollout steps)
         "val_every": cfg.trainer.val_every,
         "save_every": cfg.trainer.save_every,
+        "log_completions": cfg.trainer.log_completions,
         "run_dir": str(run_dir) if run_dir is not None else None,
     }
 

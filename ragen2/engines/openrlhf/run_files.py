@@ -1,6 +1,7 @@
-"""The run directory files of the local engine (`metrics.jsonl`, `summary.json`), written by the
-OpenRLHF controller, so that `ragen2 plot`, `ragen2 audit` and `ragen2 bench` read runs of either
-engine. The controller runs on the head node, where the run directory is.
+"""The run directory files of the local engine (`metrics.jsonl`, `summary.json`,
+`completions.jsonl`), written by the OpenRLHF controller, so that `ragen2 plot`, `ragen2 audit`
+and `ragen2 bench` read runs of either engine. The controller runs on the head node, where the
+run directory is.
 
 What OpenRLHF measures is kept under its own names (its `rollout/reward_mean` is ours already).
 Its evaluator reports, per prompt, the mean reward of the samples (`eval_*_pass1`) and the best
@@ -19,6 +20,8 @@ import json
 import math
 import time
 from pathlib import Path
+
+from ragen2.completions import CompletionsLog
 
 
 def numeric(logs: dict | None) -> dict[str, float]:
@@ -50,6 +53,7 @@ class RunFiles:
         self.path = self.run_dir / "metrics.jsonl"
         self.started = time.time()
         self.rows: list[dict] = []
+        self.completions = CompletionsLog(self.run_dir)  # the same writer as the local engine's
 
     def _append(self, row: dict) -> None:
         self.rows.append(row)
@@ -58,6 +62,9 @@ class RunFiles:
 
     def log_step(self, step: int, logs: dict | None) -> None:
         self._append({"step": step, **numeric(logs)})
+
+    def log_completions(self, step: int, records: list[dict]) -> None:
+        self.completions.write(step, records)
 
     def log_eval(self, step: int, eval_logs: dict | None) -> None:
         row = eval_row(eval_logs or {})
@@ -82,4 +89,5 @@ class RunFiles:
             "wall_s_this_session": round(time.time() - self.started, 1),
         }
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+        self.completions.close()
         return summary

@@ -13,6 +13,8 @@
 - Rollout metrics (`rollout/...`) are over all of the step's rollouts, in the local engine's
   definitions (`selection.rollout_metrics`); OpenRLHF's own, over the trained samples only, are
   kept as `trained/...`.
+- completions.jsonl (`trainer.log_completions`): the step's best and worst samples, before the
+  filter, with each turn's text decoded from the sample (`completions.pick_samples`).
 - `save_logs_and_checkpoints`: nothing on a skipped step (the global step did not advance, so
   OpenRLHF would log or save that step twice); checkpoints every `trainer.save_every` rollout
   steps, as the local engine counts them.
@@ -51,6 +53,7 @@ from openrlhf.utils.logging_utils import init_logger
 import snr
 from ragen2.config import ProbeSection
 from ragen2.engines.openrlhf import SETTINGS_ENV
+from ragen2.engines.openrlhf.completions import pick_samples
 from ragen2.engines.openrlhf.probe_scoring import probe_metrics
 from ragen2.engines.openrlhf.run_files import RunFiles
 from ragen2.engines.openrlhf.selection import SkipLedger, rollout_metrics, select_samples
@@ -86,6 +89,8 @@ class RagenState:
         self.ledger = SkipLedger()
         self.probe = Probe(ProbeSection(**settings["probe"]), tokenizer)
         self.prefill = settings["prefill"]
+        self.tokenizer = tokenizer
+        self.log_completions = int(settings.get("log_completions", 0))
         self.total_steps = int(settings["total_steps"])
         self.val_every = int(settings["val_every"])
         self.save_every = int(settings["save_every"])
@@ -151,6 +156,9 @@ class RagenPPOTrainer(_Base):
                                          self._actor_log_probs, state.prefill, micro_batch_size=micro))
         chosen = select_samples(rollout_samples, state.group_size, state.filter, state.unit)
         metrics.update(chosen.metrics)
+        if state.files is not None:
+            state.files.log_completions(step, pick_samples(rollout_samples, state.group_size, state.log_completions,
+                                                           state.tokenizer, state.prefill, chosen.kept_groups))
         if chosen.reason == "batch_unit":
             decision = state.stop_policy.update(True)
         else:
