@@ -30,7 +30,7 @@ from ragen2.engines import local
 from ragen2.interrupts import Interrupts, StepAbandoned, restore_rng, rng_snapshot
 from ragen2.progress import LiveLine
 from ragen2.rollout import RolloutBatch, evaluate, rollout
-from ragen2.run_log import RunLog
+from ragen2.run_log import RunLog, finite
 
 VALIDATION_STREAM = 987_654_321  # seeds validation instances apart from training ones
 
@@ -385,7 +385,7 @@ def _read_rows(run: Run) -> list[dict]:
 
 def summarise(rows: list[dict], stop_reason, wall_s: float, run: Run) -> dict:
     trained = [r for r in rows if not r.get("snr/skipped")]
-    val = [r for r in rows if "val/success_rate" in r]
+    val = [r for r in rows if finite(r.get("val/success_rate")) is not None]  # a NaN one is no best
     first, last = (rows[0], rows[-1]) if rows else ({}, {})
     return {
         "run_dir": str(run.run_dir),
