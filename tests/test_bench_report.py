@@ -143,3 +143,25 @@ def test_docs_copy_keeps_the_hand_written_reading(bench, tmp_path, capsys):
     assert main(["bench", "report", str(bench), "--docs", str(docs), "--no-plots"]) == 0
     again = docs.read_text()
     assert "It learned." in again and again.count("| ppo, published |") == 1
+
+
+def test_the_plot_legend_sits_below_the_panels_not_over_the_curves(bench, monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ragen2.bench import plots
+
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)  # keep each figure to inspect it
+    manifest = json.loads((bench / "bench.json").read_text())
+    results = [{"name": c["name"], "status": "done"} for c in manifest["cells"]]
+    plots.plot_envs(bench / "legend-check", manifest["cells"], results)
+    assert figures
+    for figure in figures:
+        assert all(axis.get_legend() is None for axis in figure.axes)
+        (legend,) = figure.legends
+        labels = [text.get_text() for text in legend.get_texts()]
+        assert labels and len(labels) == len(set(labels))  # each line once, for all panels
+        assert legend.get_window_extent().y1 <= min(a.get_window_extent().y0 for a in figure.axes if a.lines) + 1

@@ -64,10 +64,13 @@ def plot_envs(folder: Path, cells: list[dict], results: list[dict]) -> list[Path
             axis.set(title=title, xlabel="training step")
             axis.xaxis.set_major_locator(MaxNLocator(integer=True))
             axis.grid(alpha=0.3)
-            if drawn:
-                axis.legend(fontsize=7)
-            else:
+            if not drawn:
                 axis.text(0.5, 0.5, "not logged", ha="center", va="center", transform=axis.transAxes, color="0.5")
+        # One legend for the figure, below the panels: a legend inside a panel covers its curves.
+        handles = {label: handle for axis in axes.flat for handle, label in zip(*axis.get_legend_handles_labels())}
+        if handles:
+            figure.legend(list(handles.values()), list(handles), loc="outside lower center",
+                          ncol=min(4, len(handles)), fontsize=8, frameon=False)
         figure.suptitle(f"{env}: mean over seeds (bold), seeds (thin)")
         path = folder / f"{env}.png"
         figure.savefig(path, dpi=100)
