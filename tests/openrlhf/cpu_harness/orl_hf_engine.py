@@ -20,6 +20,7 @@ import importlib
 import json
 import os
 import threading
+import zlib
 from types import SimpleNamespace
 
 import ray
@@ -44,7 +45,8 @@ class HFRolloutActorImpl(_Base):
         self.tokenizer = AutoTokenizer.from_pretrained(kwargs["model"])
         self.model = AutoModelForCausalLM.from_pretrained(kwargs["model"], dtype=self.dtype,
                                                           attn_implementation="sdpa").eval()
-        torch.manual_seed(int(kwargs.get("seed", 0)))
+        self._seed = int(kwargs.get("seed", 0))
+        self._prompts_seen: dict[int, int] = {}
         self._lock = threading.Lock()  # one generate at a time
         self._unfinished = 0
         self.awake = {"weights": True, "kv_cache": True}
@@ -137,6 +139,13 @@ class HFRolloutActorImpl(_Base):
         if stops:
             options.update(stop_strings=stops, tokenizer=self.tokenizer)
         with self._lock, torch.no_grad():
+            # Each request draws from its own seed (its prompt and how often that prompt came before),
+            # not from one stream in arrival order: OpenRLHF's agents run concurrently, so the
+            # arrival order, and with one stream every sample, would depend on the machine's load.
+            key = zlib.crc32(repr(prompt_ids).encode())
+            seen = self._prompts_seen.get(key, 0)
+            self._prompts_seen[key] = seen + 1
+            torch.manual_seed((self._seed * 1_000_003 + key * 7919 + seen) % 2**63)
             ids_in = torch.tensor([prompt_ids])
             out = self.model.generate(input_ids=ids_in, attention_mask=torch.ones_like(ids_in), **options)
         ids = out.sequences[0, len(prompt_ids):].tolist()
