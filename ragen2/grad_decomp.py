@@ -50,21 +50,17 @@ def due(cfg: Config, step: int) -> bool:
 def actor_loss_terms(policy, cfg: Config, ids, attn, mask, old_log_probs, advantages, ref_log_probs,
                      total_tokens: int, total_sequences: int) -> dict[str, torch.Tensor]:
     """The actor loss of `ppo_update`, term by term: {"task", "entropy"[, "kl"]} (unscaled)."""
-    algo = cfg.algo
-    totals = dict(total_tokens=total_tokens, total_sequences=total_sequences)
     log_probs, entropy = local.policy_log_probs(policy, ids, attn, mask, cfg.rollout.temperature, with_entropy=True)
-    task, _ = losses.ppo_clip_policy_loss(log_probs, old_log_probs, advantages, mask, clip_low=algo.clip_low,
-                                          clip_high=algo.clip_high, dual_clip=algo.dual_clip,
-                                          agg_mode=algo.loss_agg, **totals)
-    terms = {"task": task, "entropy": losses.aggregate_token_loss(entropy, mask, algo.loss_agg, **totals)}
-    if ref_log_probs is not None and algo.kl_mode == "loss":
-        terms["kl"] = losses.kl_loss(log_probs, ref_log_probs, mask, algo.kl_estimator, algo.loss_agg, **totals)
+    ref = ref_log_probs if cfg.algo.kl_mode == "loss" else None
+    terms, _ = losses.actor_loss_terms(log_probs, entropy, old_log_probs, advantages, mask, ref,
+                                       **local.actor_loss_settings(cfg.algo), total_tokens=total_tokens,
+                                       total_sequences=total_sequences)
     return terms
 
 
 def loss_coefficients(cfg: Config, names) -> dict[str, float]:
-    """How the terms enter the total loss: task - entropy_coef * entropy + kl_coef * kl."""
-    coefs = {"task": 1.0, "entropy": -cfg.algo.entropy_coef, "kl": cfg.algo.kl_coef}
+    """How the terms enter the total loss (losses.actor_loss_coefficients), for the terms present."""
+    coefs = losses.actor_loss_coefficients(cfg.algo.entropy_coef, cfg.algo.kl_coef)
     return {name: coefs[name] for name in names}
 
 

@@ -108,10 +108,11 @@ def compute_advantages(cfg: Config, batch: RolloutBatch, values, old_log_probs, 
     if algo.advantage == "bilevel_gae":
         return adv_lib.bi_level_gae_advantages(turn_rewards, values, batch.response_mask, algo.turn_gamma,
                                                algo.turn_lam, algo.gamma, algo.lam)
-    scale = algo.advantage == "grpo"
-    advantages = adv_lib.grpo_advantages(token_rewards, batch.response_mask, batch.group_ids,
-                                         eps=algo.grpo_std_eps, scale_by_std=scale)
-    return advantages, None
+    if algo.advantage in ("grpo", "dr_grpo"):  # Dr.GRPO: the group mean removed, no division by std
+        advantages = adv_lib.grpo_advantages(token_rewards, batch.response_mask, batch.group_ids,
+                                             eps=algo.grpo_std_eps, scale_by_std=algo.advantage == "grpo")
+        return advantages, None
+    raise ValueError(f"algo.advantage={algo.advantage!r} has no estimator here; known: gae, bilevel_gae, grpo, dr_grpo")
 
 
 def train_step(run: Run) -> dict:

@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 
+from ragen2.algos import losses
 from ragen2.algos.losses import (
     aggregate_token_loss,
     clipped_value_loss,
@@ -350,3 +351,75 @@ def test_main_table_algo_presets_are_ragen2s(preset, advantage, loss_agg):
     algo = load_config(algo=preset).algo
     assert (algo.advantage, algo.loss_agg) == (advantage, loss_agg)
     assert (algo.clip_low, algo.clip_high, algo.kl_coef, algo.entropy_coef, algo.dual_clip) == (0.2, 0.28, 0.0, 0.001, 3.0)
+
+
+# ----------------------------------------------------------------------------- the actor loss, one definition
+
+
+def test_actor_loss_terms_and_their_combination_by_hand():
+    log_probs = torch.tensor([[-1.0, -2.0, -3.0]])
+    mask = torch.tensor([[True, True, False]])
+    advantages = torch.tensor([[1.0, -0.5, 2.0]])
+    entropy = torch.tensor([[0.3, 0.5, 9.0]])
+    ref = log_probs - torch.tensor([[0.1, 0.2, 0.0]])
+    settings = dict(clip_low=0.2, clip_high=0.28, dual_clip=3.0, agg_mode="token-mean", kl_estimator="k3")
+    terms, metrics = losses.actor_loss_terms(log_probs, entropy, log_probs.clone(), advantages, mask, ref, **settings)
+    assert list(terms) == ["task", "entropy", "kl"]
+    assert terms["task"].item() == pytest.approx(-0.25)  # ratio 1: -(1 - 0.5) / 2
+    assert terms["entropy"].item() == pytest.approx(0.4)
+    kl = ((math.exp(-0.1) - 1 + 0.1) + (math.exp(-0.2) - 1 + 0.2)) / 2
+    assert terms["kl"].item() == pytest.approx(kl, rel=1e-5)
+    assert metrics["ratio_max"].item() == pytest.approx(1.0)
+    coefficients = losses.actor_loss_coefficients(entropy_coef=0.01, kl_coef=0.1, task_scale=2.0)
+    assert coefficients == {"task": 2.0, "entropy": -0.01, "kl": 0.1}
+    combined = losses.combine_actor_loss(terms, coefficients)
+    assert combined.item() == pytest.approx(2 * -0.25 - 0.01 * 0.4 + 0.1 * kl, rel=1e-6)
+    without_ref, _ = losses.actor_loss_terms(log_probs, entropy, log_probs, advantages, mask, None, **settings)
+    assert "kl" not in without_ref
+
+
+def test_the_update_and_the_gradient_decomposition_take_the_same_actor_loss():
+    """The gradient the update backpropagates equals the sum of grad_decomp's weighted terms."""
+    from ragen2 import grad_decomp
+    from ragen2.config import load_config
+    from ragen2.engines import local
+    from ragen2.rollout.tiny import tiny_llama, tiny_tokenizer
+
+    cfg = load_config(overrides=["algo.kl_coef=0.05", "algo.entropy_coef=0.01"])
+    policy = tiny_llama(tiny_tokenizer("chatml"), seed=0)
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10], [11, 12, 13, 14, 0, 0]])
+    attn = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]])
+    rmask = torch.tensor([[0, 0, 1, 1, 1, 1], [0, 1, 1, 1, 0, 0]]).bool()
+    with torch.no_grad():
+        old, _ = local.policy_log_probs(policy, ids, attn, rmask)
+    data = local.UpdateInputs(ids, attn, rmask, old - 0.01 * rmask, torch.tensor([[0.5] * 6, [-1.0] * 6]),
+                              ref_log_probs=old + 0.02 * rmask)
+    totals = dict(total_tokens=int(rmask.sum()), total_sequences=2)
+    local._actor_backward(policy, data, torch.arange(2), ids, attn, rmask, cfg, totals, 1.0, lambda *_: None)
+    update_grads = [p.grad.clone() for p in policy.parameters()]
+    policy.zero_grad()
+    terms = grad_decomp.actor_loss_terms(policy, cfg, ids, attn, rmask, data.old_log_probs, data.advantages,
+                                         data.ref_log_probs, **totals)
+    assert set(terms) == {"task", "entropy", "kl"}
+    coefficients = grad_decomp.loss_coefficients(cfg, terms)
+    sum(coefficients[name] * term for name, term in terms.items()).backward()
+    for mine, theirs in zip(update_grads, (p.grad for p in policy.parameters())):
+        torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-7)
+
+
+def test_an_unknown_advantage_estimator_is_an_error_not_dr_grpo():
+    from ragen2 import trainer
+    from ragen2.config import load_config
+
+    cfg = load_config()
+    object.__setattr__(cfg.algo, "advantage", "rloo")  # past the config's check, as a new estimator would be
+    with pytest.raises(ValueError, match="algo.advantage='rloo' has no estimator"):
+        trainer.compute_advantages(cfg, _grpo_batch(), None, None, None)
+
+
+def _grpo_batch():
+    from types import SimpleNamespace
+
+    mask = torch.tensor([[False, True], [False, True]])
+    return SimpleNamespace(token_rewards=torch.tensor([[0.0, 1.0], [0.0, 0.0]]), turn_rewards=None,
+                           response_mask=mask, group_ids=torch.tensor([0, 0]))

@@ -29,6 +29,9 @@ __all__ = [
     "kl_loss",
     "kl_reward_penalty",
     "clipped_value_loss",
+    "actor_loss_terms",
+    "actor_loss_coefficients",
+    "combine_actor_loss",
 ]
 
 AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
@@ -315,3 +318,54 @@ def clipped_value_loss(
             "vf_mean": masked_mean(v, mask),
         }
     return loss, {k: t.detach() for k, t in metrics.items()}
+
+
+# ----------------------------------------------------------------------------- the actor loss
+
+
+def actor_loss_terms(
+    log_probs: torch.Tensor,
+    entropy: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    ref_log_probs: Optional[torch.Tensor] = None,
+    *,
+    clip_low: float,
+    clip_high: float,
+    dual_clip: Optional[float],
+    agg_mode: str,
+    kl_estimator: str = "k3",
+    total_tokens: Optional[int] = None,
+    total_sequences: Optional[int] = None,
+) -> Tuple[Dict[str, torch.Tensor], Dict[str, torch.Tensor]]:
+    """The actor loss term by term, unscaled: ({"task", "entropy"[, "kl"]}, policy-loss metrics).
+
+    One definition for the update (which combines the terms, `combine_actor_loss`) and for the
+    gradient decomposition (which takes each term's gradient apart). "kl" is present only when
+    `ref_log_probs` is given (the KL-as-loss mode).
+    """
+    totals = dict(total_tokens=total_tokens, total_sequences=total_sequences)
+    task, metrics = ppo_clip_policy_loss(log_probs, old_log_probs, advantages, response_mask, clip_low=clip_low,
+                                         clip_high=clip_high, dual_clip=dual_clip, agg_mode=agg_mode, **totals)
+    terms = {"task": task, "entropy": aggregate_token_loss(entropy, response_mask, agg_mode, **totals)}
+    if ref_log_probs is not None:
+        terms["kl"] = kl_loss(log_probs, ref_log_probs, response_mask, kl_estimator, agg_mode, **totals)
+    return terms, metrics
+
+
+def actor_loss_coefficients(entropy_coef: float, kl_coef: float, task_scale: float = 1.0) -> Dict[str, float]:
+    """How the terms enter the loss: task_scale * task - entropy_coef * entropy + kl_coef * kl.
+
+    `task_scale` is RAGEN-2's filter loss scaling: it multiplies the advantages, so only the
+    policy term (the clipped surrogate is linear in A); entropy and KL keep their weight."""
+    return {"task": task_scale, "entropy": -entropy_coef, "kl": kl_coef}
+
+
+def combine_actor_loss(terms: Dict[str, torch.Tensor], coefficients: Dict[str, float]) -> torch.Tensor:
+    """The scalar the update backpropagates: sum of coefficient x term, in the terms' order."""
+    loss = None
+    for name, term in terms.items():
+        weighted = coefficients[name] * term
+        loss = weighted if loss is None else loss + weighted
+    return loss

@@ -184,6 +184,12 @@ def _finite_grad_step(module: nn.Module, optimizer: torch.optim.Optimizer, max_n
     return norm, True
 
 
+def actor_loss_settings(algo) -> dict:
+    """The algo section's fields that losses.actor_loss_terms takes (one mapping for every caller)."""
+    return dict(clip_low=algo.clip_low, clip_high=algo.clip_high, dual_clip=algo.dual_clip,
+                agg_mode=algo.loss_agg, kl_estimator=algo.kl_estimator)
+
+
 def _actor_backward(policy: nn.Module, data: UpdateInputs, idx: torch.Tensor, ids: torch.Tensor,
                     attn: torch.Tensor, rmask: torch.Tensor, cfg: Config, totals_kw: dict, loss_scale: float,
                     record, weight: float = 1.0) -> bool:
@@ -193,25 +199,18 @@ def _actor_backward(policy: nn.Module, data: UpdateInputs, idx: torch.Tensor, id
     algo = cfg.algo
     log_probs, entropy = policy_log_probs(policy, ids, attn, rmask, cfg.rollout.temperature, with_entropy=True)
     old = data.old_log_probs[idx] if data.old_log_probs is not None else log_probs.detach()
-    pg_loss, pg_metrics = losses.ppo_clip_policy_loss(
-        log_probs, old, data.advantages[idx], rmask,
-        clip_low=algo.clip_low, clip_high=algo.clip_high, dual_clip=algo.dual_clip,
-        agg_mode=algo.loss_agg, **totals_kw)
-    entropy_term = losses.aggregate_token_loss(entropy, rmask, algo.loss_agg, **totals_kw)
-    # filter_loss_scaling multiplies the advantages (RAGEN-2), so only the policy term: the
-    # clipped surrogate is linear in A, and the entropy and KL terms keep their weight
-    loss = loss_scale * pg_loss - algo.entropy_coef * entropy_term
-    kl = None
-    if data.ref_log_probs is not None and algo.kl_mode == "loss":
-        kl = losses.kl_loss(log_probs, data.ref_log_probs[idx], rmask, algo.kl_estimator, algo.loss_agg, **totals_kw)
-        loss = loss + algo.kl_coef * kl
+    ref = data.ref_log_probs[idx] if data.ref_log_probs is not None and algo.kl_mode == "loss" else None
+    terms, pg_metrics = losses.actor_loss_terms(log_probs, entropy, old, data.advantages[idx], rmask, ref,
+                                                **actor_loss_settings(algo), **totals_kw)
+    loss = losses.combine_actor_loss(terms, losses.actor_loss_coefficients(algo.entropy_coef, algo.kl_coef,
+                                                                           task_scale=loss_scale))
     if not torch.isfinite(loss):
         return False
     (weight * loss).backward()
-    if kl is not None:
-        record("actor/kl_loss", kl.item())
-    record("actor/pg_loss", pg_loss.item())
-    record("actor/entropy", entropy_term.item())
+    if "kl" in terms:
+        record("actor/kl_loss", terms["kl"].item())
+    record("actor/pg_loss", terms["task"].item())
+    record("actor/entropy", terms["entropy"].item())
     for key in ("clipfrac_high", "clipfrac_low", "approx_kl", "ratio_max"):
         record(f"actor/{key}", pg_metrics[key].item())
     return True
