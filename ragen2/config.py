@@ -22,11 +22,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 def _config_dir() -> Path:
-    """The repository's configs/ (editable install) or the copy a wheel puts under share/."""
-    import sys
+    """The presets, package data of ragen2 (`configs/` at the repository root links to them)."""
+    from importlib.resources import files
 
-    beside = Path(__file__).resolve().parent.parent / "configs"
-    return beside if beside.is_dir() else Path(sys.prefix) / "share" / "ragen2" / "configs"
+    return Path(str(files("ragen2") / "configs"))
 
 
 CONFIG_DIR = _config_dir()
