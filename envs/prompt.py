@@ -3,7 +3,7 @@
 system: "You're a helpful assistant. " + instruction (+ actions, + how many per turn)
 user:   "Turn k:\\nState:\\n{obs}\\nYou have {n} actions left. Always output: … "
 assistant: the model's turn
-user:   "Reward:\\n{r}\\n"  (after every assistant turn)
+user:   "Reward:\\n{r}\\n"  (after every assistant turn; r as `reward_feedback` says)
 
 The "up to N actions" line is RAGEN-2's by default: N is the trajectory budget, although
 the parser cuts each turn at `max_actions_per_turn`; `prompt_action_limit="per_turn"`
@@ -61,8 +61,32 @@ def turn_message(env: TextEnv, turn: int, observation: str, *, max_response_word
     return {"role": "user", "content": content + "\n"}
 
 
-def reward_message(reward: float) -> dict:
-    return {"role": "user", "content": f"Reward:\n{reward:g}\n"}
+def reward_text(env: TextEnv, reward: float, info: dict) -> str:
+    """The number shown after a turn, from `env.step`'s reward and info."""
+    if env.config.reward_feedback == "with_penalty":
+        return f"{reward:g}"
+    # RAGEN-2 shows `acc_reward`: int 0 plus each executed action's env reward (the penalty is
+    # kept apart in rollout_cache["penalty"]), printed with str(): "0" when nothing ran, "0.0",
+    # "-0.2", "10.9" otherwise.
+    return str(float(info["env_reward"])) if info["actions_executed"] else "0"
+
+
+def reward_message(reward: float | str) -> dict:
+    text = reward if isinstance(reward, str) else f"{reward:g}"
+    return {"role": "user", "content": f"Reward:\n{text}\n"}
+
+
+def after_turn(env: TextEnv, next_turn: int, observation: str, reward: float, info: dict, *,
+               max_response_words: int | None = None) -> tuple[str, str]:
+    """(the "Reward:" message, the state message of turn `next_turn`) that follow an assistant turn.
+
+    Their concatenation is the next user message. Both engines (ragen2/rollout/agent_loop.py and
+    ragen2/engines/openrlhf/agent.py) call this, so their turn protocol cannot drift apart.
+    """
+    feedback = reward_message(reward_text(env, reward, info))["content"]
+    state = turn_message(env, next_turn, observation, max_response_words=max_response_words,
+                         previous_turn_invalid=not info["action_is_valid"])["content"]
+    return feedback, state
 
 
 def first_turn_messages(env: TextEnv, observation: str, max_response_words: int | None = None) -> list[dict]:

@@ -1,5 +1,7 @@
+import pytest
+
 import envs
-from envs.prompt import first_turn_messages, reward_message, system_message, turn_message
+from envs.prompt import after_turn, first_turn_messages, reward_message, reward_text, system_message, turn_message
 
 
 def test_messages_follow_ragens_format():
@@ -41,3 +43,56 @@ def test_free_form_envs_list_no_actions():
     env = envs.make("countdown")
     env.reset(seed=0)
     assert "available actions" not in system_message(env)["content"]
+
+
+def _sokoban(rows, **config):
+    env = envs.make("sokoban", max_actions_per_turn=3, **config)
+    env.load_room(rows)
+    return env
+
+
+ROOM = ["######",
+        "#PXO_#",
+        "#____#",
+        "######"]
+
+
+def test_reward_message_shows_ragen2s_env_reward_without_the_penalty():
+    # RAGEN-2 es_manager: acc_reward = 0 + each executed action's reward, penalty kept apart;
+    # ctx_manager writes f"Reward:\n{acc_reward}\n", so str() of that sum.
+    env = _sokoban(ROOM)
+    step = lambda text: env.step(f"<think>t</think><answer>{text}</answer>")
+    _, reward, _, _, info = step("Jump")  # nothing ran: trained on the penalty, shown int 0
+    assert reward == pytest.approx(-0.1) and reward_text(env, reward, info) == "0"
+    _, reward, _, _, info = step("Down || Jump")  # one step (-0.1), one invalid piece (-0.1 penalty)
+    assert reward == pytest.approx(-0.2) and reward_text(env, reward, info) == "-0.1"
+    _, reward, _, _, info = step("Up || Down")  # -0.1 + -0.1 as floats: -0.2
+    assert reward_text(env, reward, info) == "-0.2"
+    _, reward, terminated, _, info = step("Up || Right")  # -0.1, then push onto the target: -0.1 + 1 + 10
+    assert terminated and reward_text(env, reward, info) == str(-0.1 + (-0.1 + 1.0 + 10.0)) == "10.8"
+    lake = envs.make("frozen_lake", fixed_map=("SFF", "FFF", "FFG"), success_rate=1.0)
+    lake.reset(seed=0)
+    _, reward, _, _, info = lake.step("<think>t</think><answer>Right</answer>")
+    assert reward_text(lake, reward, info) == "0.0"  # gymnasium's float reward, as RAGEN-2 prints it
+    _, reward, _, _, info = lake.step("<think>t</think><answer>Right || Down</answer>")
+    assert reward_text(lake, reward, info) == "0.0"
+    _, reward, _, _, info = lake.step("<think>t</think><answer>Down</answer>")
+    assert info["success"] and reward_text(lake, reward, info) == "1.0"
+
+
+def test_reward_feedback_with_penalty_shows_the_trained_reward():
+    env = _sokoban(ROOM, reward_feedback="with_penalty")
+    _, reward, _, _, info = env.step("<think>t</think><answer>Down || Jump</answer>")
+    assert reward_text(env, reward, info) == "-0.2"
+    feedback, state = after_turn(env, 2, env.render(), reward, info)
+    assert feedback == "Reward:\n-0.2\n" and state.startswith("\nTurn 2:\nState:\n")
+    with pytest.raises(envs.EnvConfigError, match="reward_feedback"):
+        envs.make("sokoban", reward_feedback="shown")
+
+
+def test_after_turn_warns_after_a_turn_with_nothing_valid():
+    env = _sokoban(ROOM)
+    _, reward, _, _, info = env.step("<think>t</think><answer>Jump</answer>")
+    feedback, state = after_turn(env, 2, env.render(), reward, info, max_response_words=100)
+    assert feedback == "Reward:\n0\n"
+    assert state == turn_message(env, 2, env.render(), max_response_words=100, previous_turn_invalid=True)["content"]
