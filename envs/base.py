@@ -39,6 +39,10 @@ PROMPT_ACTION_LIMITS = ("per_traj", "per_turn")
 # the env's reward for the actions run, without the format penalty, as Python's str() prints it;
 # with_penalty (ours earlier): the turn's reward as trained on, penalty included, `{:g}`.
 REWARD_FEEDBACKS = ("env", "with_penalty")
+# The system prompt's task text. ragen: RAGEN-2's words verbatim (envs/ragen_text.py), so the
+# model reads what RAGEN-2's numbers were measured with; explicit (ours): the symbols actually
+# drawn, coordinates explained, every fixed action listed.
+INSTRUCTION_STYLES = ("ragen", "explicit")
 
 
 class EnvConfigError(ValueError):
@@ -55,6 +59,7 @@ class EnvConfig:
     format_penalty_rule: str = "any_invalid"  # see FORMAT_PENALTY_RULES
     prompt_action_limit: str = "per_traj"     # see PROMPT_ACTION_LIMITS
     reward_feedback: str = "env"              # see REWARD_FEEDBACKS
+    instruction_style: str = "ragen"          # see INSTRUCTION_STYLES
     require_think: bool = True  # False: answer-only mode, `<answer>…</answer>` alone
 
     def __post_init__(self) -> None:
@@ -67,6 +72,9 @@ class EnvConfig:
         if self.prompt_action_limit not in PROMPT_ACTION_LIMITS:
             raise EnvConfigError(f"prompt_action_limit must be one of {list(PROMPT_ACTION_LIMITS)}, "
                                  f"got {self.prompt_action_limit!r}")
+        if self.instruction_style not in INSTRUCTION_STYLES:
+            raise EnvConfigError(f"instruction_style must be one of {list(INSTRUCTION_STYLES)}, "
+                                 f"got {self.instruction_style!r}")
         if self.reward_feedback not in REWARD_FEEDBACKS:
             raise EnvConfigError(f"reward_feedback must be one of {list(REWARD_FEEDBACKS)}, "
                                  f"got {self.reward_feedback!r}")
@@ -113,6 +121,17 @@ class TextEnv(abc.ABC):
     @property
     def action_vocabulary(self) -> tuple[str, ...] | None:
         """The valid actions, or None when the answer is free-form text."""
+        return None
+
+    @property
+    def ragen_instruction(self) -> str | None:
+        """RAGEN-2's text after "You're a helpful assistant. ", verbatim; None: no counterpart
+        (the system prompt then uses `instruction` whatever the style)."""
+        return None
+
+    @property
+    def ragen_actions(self) -> tuple[str, ...] | None:
+        """The action list RAGEN-2 appends (its default config's action_lookup), or None."""
         return None
 
     @abc.abstractmethod

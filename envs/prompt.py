@@ -1,6 +1,7 @@
 """Chat messages for an env, in RAGEN's prompt format.
 
-system: "You're a helpful assistant. " + instruction (+ actions, + how many per turn)
+system: "You're a helpful assistant. " + instruction (+ actions, + how many per turn); the
+        instruction is RAGEN-2's verbatim (`instruction_style="ragen"`) or ours ("explicit")
 user:   "Turn k:\\nState:\\n{obs}\\nYou have {n} actions left. Always output: … "
 assistant: the model's turn
 user:   "Reward:\\n{r}\\n"  (after every assistant turn; r as `reward_feedback` says)
@@ -30,8 +31,11 @@ def _actions(count: int) -> str:
 
 
 def system_message(env: TextEnv) -> dict:
-    content = SYSTEM_PREFIX + env.instruction.strip()
-    vocabulary = env.action_vocabulary
+    verbatim = env.ragen_instruction if env.config.instruction_style == "ragen" else None
+    if verbatim is not None:  # not stripped: RAGEN-2 keeps the YAML text's trailing newline
+        content, vocabulary = SYSTEM_PREFIX + verbatim, env.ragen_actions
+    else:
+        content, vocabulary = SYSTEM_PREFIX + env.instruction.strip(), env.action_vocabulary
     if vocabulary is not None:
         content += "\nYour available actions are:\n" + ", ".join(vocabulary)
         if env.config.prompt_action_limit == "per_traj":  # RAGEN-2's line, verbatim

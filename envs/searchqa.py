@@ -39,6 +39,7 @@ from envs.base import ActionOutcome, EnvConfig, EnvConfigError, TextEnv
 from envs.parsing import (
     ACTION_SEPARATOR, ANSWER_CLOSE, MAX_DROPPED_RECORDED, DroppedAction, ParsedResponse, parse_response,
 )
+from envs import ragen_text
 from envs.registry import register
 from envs.retrieval import RETRIEVER_KINDS, Passage, Retriever, corpus_retriever, make_retriever, tokenize
 
@@ -388,6 +389,10 @@ class SearchQAEnv(TextEnv):
         self.submitted: str | None = None
         self.final_scores: dict | None = None
         self._new_turn = True
+
+    @property
+    def ragen_instruction(self) -> str:
+        return ragen_text.SEARCHQA
 
     @property
     def instruction(self) -> str:

@@ -311,7 +311,7 @@ def test_reasoning_spans_point_at_the_think_text(tok):
 def test_evaluate_success_and_pass_at_g(tok):
     # Always pull the first arm shown: seed 0 shows the safe arm first, seed 1 the risky one.
     def respond(prompt):
-        first = re.findall(r"Your available actions are:\n(\w+),", prompt)[0]
+        first = re.findall(r"There are 2 arms, named (\w+) and", prompt)[0]  # RAGEN-2's observation
         return f"<think>first</think><answer>{first}</answer>"
     policy = ScriptedPolicy(tok, respond, generation_prompt=GEN_PROMPT)
     cfg = RolloutConfig(group_size=2, max_turns=1, max_new_tokens=30, prefill_tag=False)
