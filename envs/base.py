@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from envs import ragen_text
 from envs.parsing import ParsedResponse, parse_response
 
 DYNAMICS_STREAM = 0x5EED  # separates the dynamics generator from the instance generator
@@ -128,6 +129,11 @@ class TextEnv(abc.ABC):
         """RAGEN-2's text after "You're a helpful assistant. ", verbatim; None: no counterpart
         (the system prompt then uses `instruction` whatever the style)."""
         return None
+
+    @property
+    def ragen_max_words(self) -> int:
+        """RAGEN-2's "Max response length" for this env (envs.yaml max_tokens)."""
+        return ragen_text.MAX_TOKENS
 
     @property
     def ragen_actions(self) -> tuple[str, ...] | None:

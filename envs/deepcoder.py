@@ -396,6 +396,10 @@ class DeepCoderEnv(TextEnv):
         return ragen_text.DEEPCODER
 
     @property
+    def ragen_max_words(self) -> int:
+        return ragen_text.DEEPCODER_MAX_TOKENS
+
+    @property
     def instruction(self) -> str:
         return ("You are solving programming problems. Write a complete Python 3 program (standard library "
                 "only) and put it inside the answer tags; a ```python code fence inside them is fine. Unless "

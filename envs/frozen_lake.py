@@ -147,6 +147,10 @@ class FrozenLakeEnv(TextEnv):
         return ragen_text.FROZEN_LAKE_ACTIONS
 
     @property
+    def ragen_max_words(self) -> int:
+        return ragen_text.MAX_TOKENS if self.config.observation_format == "grid" else ragen_text.COORD_MAX_TOKENS
+
+    @property
     def instruction(self) -> str:
         config = self.config
         text = "You are solving the FrozenLake puzzle. Reach the goal without falling into a hole."

@@ -9,8 +9,10 @@ user:   "Reward:\\n{r}\\n"  (after every assistant turn; r as `reward_feedback` 
 The "up to N actions" line is RAGEN-2's by default: N is the trajectory budget, although
 the parser cuts each turn at `max_actions_per_turn`; `prompt_action_limit="per_turn"`
 states the per-turn limit instead, which is what the model can actually use. RAGEN-2 always
-ends a turn message with "Max response length: {max_tokens} words (tokens)." (100 for
-every env but WebShop's 200); here it appears when `max_response_words` is given.
+ends a turn message with "Max response length: {max_tokens} words (tokens)." (envs.yaml:
+100, coordinate variants 120, WebShop 200, SearchQA 300, DeepCoder 8000): here
+`max_response_words` when given, else the env's RAGEN-2 value in the "ragen" instruction
+style, else (explicit style) no such sentence.
 """
 
 from __future__ import annotations
@@ -60,6 +62,8 @@ def turn_message(env: TextEnv, turn: int, observation: str, *, max_response_word
         f"You have {env.actions_left} actions left. Always output: {answer_format} "
         f"with no extra text. Strictly follow this format."
     )
+    if max_response_words is None and env.config.instruction_style == "ragen":
+        max_response_words = env.ragen_max_words  # RAGEN-2 writes it in every turn
     if max_response_words is not None:
         content += f" Max response length: {max_response_words} words (tokens)."
     return {"role": "user", "content": content + "\n"}

@@ -14,6 +14,12 @@ from __future__ import annotations
 VOCAB_HEADER = "\nThe meaning of each symbol in the state is:\n"
 SOKOBAN_VOCAB = VOCAB_HEADER + "#: wall, _: empty, O: target, √: box on target, X: box, P: player, S: player on target"
 FROZEN_LAKE_VOCAB = VOCAB_HEADER + "P: player, _: empty, O: hole, G: goal, X: player in hole, √: player on goal"
+# envs.yaml max_tokens, in the "Max response length: N words (tokens)." ending every turn message.
+MAX_TOKENS = 100  # Sokoban, LargerSokoban, SokobanDifferentGridVocab, FrozenLake, Bandit, Countdown, MetamathQA
+COORD_MAX_TOKENS = 120  # CoordSokoban, CoordFrozenLake
+WEBSHOP_MAX_TOKENS = 200
+SEARCHQA_MAX_TOKENS = 300
+DEEPCODER_MAX_TOKENS = 8000
 # The default configs' action_lookup, in its order (Bandit's is None: no action list).
 SOKOBAN_ACTIONS = ("Up", "Down", "Left", "Right")
 FROZEN_LAKE_ACTIONS = ("Left", "Down", "Right", "Up")

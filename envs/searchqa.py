@@ -395,6 +395,10 @@ class SearchQAEnv(TextEnv):
         return ragen_text.SEARCHQA
 
     @property
+    def ragen_max_words(self) -> int:
+        return ragen_text.SEARCHQA_MAX_TOKENS
+
+    @property
     def instruction(self) -> str:
         return (
             "Answer a multi-hop question by searching a collection of paragraphs. Actions: search[query] shows "

@@ -134,6 +134,10 @@ class SokobanEnv(TextEnv):
         return ragen_text.SOKOBAN_ACTIONS
 
     @property
+    def ragen_max_words(self) -> int:
+        return ragen_text.MAX_TOKENS if self.config.observation_format == "grid" else ragen_text.COORD_MAX_TOKENS
+
+    @property
     def instruction(self) -> str:
         text = INSTRUCTION
         if self.config.observation_format != "grid":

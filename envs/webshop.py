@@ -311,6 +311,10 @@ class WebShopEnv(TextEnv):
         return ragen_text.WEBSHOP
 
     @property
+    def ragen_max_words(self) -> int:
+        return ragen_text.WEBSHOP_MAX_TOKENS
+
+    @property
     def instruction(self) -> str:
         return INSTRUCTION.format(budget=self.config.max_actions_per_traj)
 

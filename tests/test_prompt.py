@@ -172,3 +172,17 @@ def test_explicit_instruction_style_keeps_ours():
     assert "Your available actions are:\n" in system_message(bandit)["content"] and "Game Rules" not in obs
     with pytest.raises(envs.EnvConfigError, match="instruction_style"):
         envs.make("sokoban", instruction_style="paper")
+
+
+@pytest.mark.parametrize("name, words", [("sokoban", 100), ("sokoban_coord", 120), ("frozen_lake_coord", 120),
+                                         ("bandit", 100), ("webshop", 200), ("searchqa", 300)])
+def test_every_turn_ends_with_ragen2s_length_line_for_the_env(name, words):
+    # envs.yaml max_tokens; ctx_manager: f"Max response length: {max_tokens} words (tokens)."
+    env = envs.make(name)
+    obs, _ = env.reset(seed=0)
+    assert turn_message(env, 1, obs)["content"].endswith(
+        f"Strictly follow this format. Max response length: {words} words (tokens).\n")
+    assert turn_message(env, 1, obs, max_response_words=7)["content"].endswith("Max response length: 7 words (tokens).\n")
+    explicit = envs.make(name, instruction_style="explicit")
+    obs, _ = explicit.reset(seed=0)
+    assert "Max response length" not in turn_message(explicit, 1, obs)["content"]
