@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from envs.base import ActionOutcome, EnvConfig, EnvConfigError, TextEnv
+from envs import ragen_text
 from envs.registry import register
 
 # (safe-sounding, risky-sounding) name pairs, RAGEN's train and held-out test splits.
@@ -104,6 +105,10 @@ class BanditEnv(TextEnv):
         self.last_pull: tuple[str, float] | None = None
 
     @property
+    def ragen_instruction(self) -> str:
+        return ragen_text.BANDIT  # empty: RAGEN-2 states the game in the first observation
+
+    @property
     def instruction(self) -> str:
         return INSTRUCTION
 
@@ -157,6 +162,8 @@ class BanditEnv(TextEnv):
             arm, payoff = self.last_pull
             return f"You pulled {arm}: {payoff:g} points."
         first, second = self.shown_order
+        if self.config.instruction_style == "ragen":  # RAGEN-2 states the whole game here
+            return ragen_text.BANDIT_OBSERVATION.format(name_a=first, name_b=second)
         return (
             f"There are 2 arms, named {first} and {second}. Which arm do you pull? "
             f"Answer <answer> {first} </answer> or <answer> {second} </answer>."

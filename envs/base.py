@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from envs import ragen_text
 from envs.parsing import ParsedResponse, parse_response
 
 DYNAMICS_STREAM = 0x5EED  # separates the dynamics generator from the instance generator
@@ -35,6 +36,14 @@ FORMAT_PENALTY_RULES = ("any_invalid", "none_valid")
 # The system prompt's "You can make up to N actions" line. per_traj (RAGEN-2's text): N is
 # the trajectory budget; per_turn (ours): N is the per-turn limit the parser enforces.
 PROMPT_ACTION_LIMITS = ("per_traj", "per_turn")
+# The number in the "Reward:" message after each turn. env (RAGEN-2's es_manager/ctx_manager):
+# the env's reward for the actions run, without the format penalty, as Python's str() prints it;
+# with_penalty (ours earlier): the turn's reward as trained on, penalty included, `{:g}`.
+REWARD_FEEDBACKS = ("env", "with_penalty")
+# The system prompt's task text. ragen: RAGEN-2's words verbatim (envs/ragen_text.py), so the
+# model reads what RAGEN-2's numbers were measured with; explicit (ours): the symbols actually
+# drawn, coordinates explained, every fixed action listed.
+INSTRUCTION_STYLES = ("ragen", "explicit")
 
 
 class EnvConfigError(ValueError):
@@ -50,6 +59,8 @@ class EnvConfig:
     format_penalty: float = -0.1
     format_penalty_rule: str = "any_invalid"  # see FORMAT_PENALTY_RULES
     prompt_action_limit: str = "per_traj"     # see PROMPT_ACTION_LIMITS
+    reward_feedback: str = "env"              # see REWARD_FEEDBACKS
+    instruction_style: str = "ragen"          # see INSTRUCTION_STYLES
     require_think: bool = True  # False: answer-only mode, `<answer>…</answer>` alone
 
     def __post_init__(self) -> None:
@@ -62,6 +73,12 @@ class EnvConfig:
         if self.prompt_action_limit not in PROMPT_ACTION_LIMITS:
             raise EnvConfigError(f"prompt_action_limit must be one of {list(PROMPT_ACTION_LIMITS)}, "
                                  f"got {self.prompt_action_limit!r}")
+        if self.instruction_style not in INSTRUCTION_STYLES:
+            raise EnvConfigError(f"instruction_style must be one of {list(INSTRUCTION_STYLES)}, "
+                                 f"got {self.instruction_style!r}")
+        if self.reward_feedback not in REWARD_FEEDBACKS:
+            raise EnvConfigError(f"reward_feedback must be one of {list(REWARD_FEEDBACKS)}, "
+                                 f"got {self.reward_feedback!r}")
         if self.format_penalty_rule not in FORMAT_PENALTY_RULES:
             raise EnvConfigError(f"format_penalty_rule must be one of {list(FORMAT_PENALTY_RULES)}, "
                                  f"got {self.format_penalty_rule!r}")
@@ -105,6 +122,22 @@ class TextEnv(abc.ABC):
     @property
     def action_vocabulary(self) -> tuple[str, ...] | None:
         """The valid actions, or None when the answer is free-form text."""
+        return None
+
+    @property
+    def ragen_instruction(self) -> str | None:
+        """RAGEN-2's text after "You're a helpful assistant. ", verbatim; None: no counterpart
+        (the system prompt then uses `instruction` whatever the style)."""
+        return None
+
+    @property
+    def ragen_max_words(self) -> int:
+        """RAGEN-2's "Max response length" for this env (envs.yaml max_tokens)."""
+        return ragen_text.MAX_TOKENS
+
+    @property
+    def ragen_actions(self) -> tuple[str, ...] | None:
+        """The action list RAGEN-2 appends (its default config's action_lookup), or None."""
         return None
 
     @abc.abstractmethod
@@ -181,6 +214,7 @@ class TextEnv(abc.ABC):
         # `executed` is empty exactly when no parsed action was valid (the budget is >= 1 here).
         penalized = not executed or (self.config.format_penalty_rule == "any_invalid" and parsed.num_invalid > 0)
         format_penalty = float(self.config.format_penalty) if penalized else 0.0
+        env_reward = reward
         reward += format_penalty
         truncated = not terminated and self.actions_taken >= self.config.max_actions_per_traj
         self.episode_over = terminated or truncated
@@ -191,6 +225,7 @@ class TextEnv(abc.ABC):
             "action_infos": action_infos,
             "action_is_valid": bool(executed),
             "format_penalty": format_penalty,
+            "env_reward": env_reward,  # the game's reward alone (what RAGEN-2 shows the model)
             "actions_left": self.actions_left,
             "success": success and not truncated,
         }

@@ -35,6 +35,7 @@ from fractions import Fraction
 import numpy as np
 
 from envs.base import ActionOutcome, EnvConfig, EnvConfigError, TextEnv
+from envs import ragen_text
 from envs.registry import register
 
 # Bounds against hostile text, set above what the references (RAGEN-2, TinyZero: Python's
@@ -303,6 +304,10 @@ class CountdownEnv(TextEnv):
         self.target = 0
         self.solution = ""
         self.feedback: str | None = None
+
+    @property
+    def ragen_instruction(self) -> str:
+        return ragen_text.COUNTDOWN
 
     @property
     def instruction(self) -> str:

@@ -41,6 +41,7 @@ import numpy as np
 
 from envs.base import ActionOutcome, EnvConfig, EnvConfigError, TextEnv
 from envs.parsing import ParsedResponse, parse_response
+from envs import ragen_text
 from envs.registry import register
 from envs.sandbox import SandboxLimits, run_python
 
@@ -389,6 +390,14 @@ class DeepCoderEnv(TextEnv):
         self.problem: CodeProblem | None = None
         self.index = -1
         self.feedback: str | None = None
+
+    @property
+    def ragen_instruction(self) -> str:
+        return ragen_text.DEEPCODER
+
+    @property
+    def ragen_max_words(self) -> int:
+        return ragen_text.DEEPCODER_MAX_TOKENS
 
     @property
     def instruction(self) -> str:

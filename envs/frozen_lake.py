@@ -22,6 +22,7 @@ from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv as GymFrozenLakeEn
 from gymnasium.envs.toy_text.utils import categorical_sample
 
 from envs.base import ActionOutcome, EnvConfig, EnvConfigError, TextEnv
+from envs import ragen_text
 from envs.registry import register
 
 # Our action names in gymnasium's action order (LEFT=0, DOWN=1, RIGHT=2, UP=3).
@@ -135,6 +136,19 @@ class FrozenLakeEnv(TextEnv):
         super().__init__(config)
         self.map: tuple[str, ...] = ()
         self.state = 0  # gymnasium's state index: row * n_cols + col
+
+    @property
+    def ragen_instruction(self) -> str:
+        text = ragen_text.FROZEN_LAKE if self.config.observation_format == "grid" else ragen_text.COORD_FROZEN_LAKE
+        return text + ragen_text.FROZEN_LAKE_VOCAB
+
+    @property
+    def ragen_actions(self) -> tuple[str, ...]:
+        return ragen_text.FROZEN_LAKE_ACTIONS
+
+    @property
+    def ragen_max_words(self) -> int:
+        return ragen_text.MAX_TOKENS if self.config.observation_format == "grid" else ragen_text.COORD_MAX_TOKENS
 
     @property
     def instruction(self) -> str:

@@ -30,6 +30,7 @@ import numpy as np
 
 from envs.base import ActionOutcome, EnvConfig, EnvConfigError, TextEnv
 from envs.math_answers import ANSWER_MARKER, SCORING_MODES, answers_match, extract_label
+from envs import ragen_text
 from envs.registry import register
 
 BUILTIN_PATH = Path(__file__).resolve().parent / "data" / "gsm8k_test_metamathqa.jsonl"
@@ -200,6 +201,10 @@ class MetaMathQAEnv(TextEnv):
         self.index = -1
         self.attempts = 0
         self.feedback: str | None = None
+
+    @property
+    def ragen_instruction(self) -> str:
+        return ragen_text.METAMATHQA
 
     @property
     def instruction(self) -> str:

@@ -2,10 +2,13 @@
 
 Each turn is one action: `search[query]` shows the top-k paragraphs (titles and text,
 clipped to a character budget) for the query; `finish[answer]` submits an answer and ends
-the episode. Anything else in the answer tags is dropped with a reason, and a turn with
-a dropped piece (or with neither) gets the format penalty. Reward comes only from `finish`: 1 for an exact match
-after SQuAD normalisation, else the token F1 when it reaches `f1_threshold` (0.3), else 0;
-success = exact match. Running out of actions (10 by default) truncates with reward 0.
+the episode. Any other piece in the answer tags is, by default (`free_text="answer"`, as
+RAGEN-2's Search env), a final answer: `free_text_answer` extracts it (RAGEN-2's rllm
+heuristics) and it is scored like `finish`; `free_text="drop"` drops it with a reason and
+the turn gets the format penalty. Reward: 1 for an exact match after SQuAD normalisation,
+else the token F1 when it reaches `f1_threshold` (0.3), else 0; success = reward > 0
+(`success_rule="positive_reward"`, RAGEN-2's) or exact match only (`"exact_match"`).
+Running out of actions (10 by default) truncates with reward 0.
 
 Retrieval (envs/retrieval.py): BM25 over the question's own context paragraphs
 (HotpotQA's distractor setting gives ten: two gold, eight distractors), or over a corpus
@@ -36,11 +39,19 @@ from envs.base import ActionOutcome, EnvConfig, EnvConfigError, TextEnv
 from envs.parsing import (
     ACTION_SEPARATOR, ANSWER_CLOSE, MAX_DROPPED_RECORDED, DroppedAction, ParsedResponse, parse_response,
 )
+from envs import ragen_text
 from envs.registry import register
 from envs.retrieval import RETRIEVER_KINDS, Passage, Retriever, corpus_retriever, make_retriever, tokenize
 
 BUILTIN_PATH = Path(__file__).resolve().parent / "data" / "searchqa_offline.jsonl"
 SOURCES = ("builtin", "file", "hub")
+# A piece that is not search[…]/finish[…]. answer (RAGEN-2): strict search[/finish[ prefixes,
+# anything else is a final answer read out of the text; drop (ours): case- and space-lenient
+# verbs, anything else dropped and the turn penalised (the model is held to the format taught).
+FREE_TEXT = ("answer", "drop")
+# positive_reward (RAGEN-2: `exact_match or reward > 0`): an F1 >= threshold answer succeeds;
+# exact_match: only an exact match does.
+SUCCESS_RULES = ("positive_reward", "exact_match")
 MAX_ECHO_CHARS = 200  # how much of a query or answer the observation repeats back
 
 # --- SQuAD answer normalisation and scores -------------------------------------------
@@ -88,6 +99,47 @@ def answer_reward(prediction: str, gold: str, f1_threshold: float = 0.3) -> tupl
 _ACTION = re.compile(r"(search|finish)\s*\[(.*)\]", re.IGNORECASE | re.DOTALL)
 
 
+# RAGEN-2's Search env (from rllm) reads an answer out of free text in this order.
+_THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL)
+_BOXED = re.compile(r"\\boxed\{([^}]+)\}")
+_BOLD = (re.compile(r"\*\*([^*]+)\*\*"), re.compile(r"\*([^*]+)\*"))
+_STATED = (re.compile(r"(?:the\s+)?(?:correct\s+)?answer\s+is\s*:?\s*([^.!?]+)", re.IGNORECASE),
+           re.compile(r"(?:therefore|thus|so|hence)\s*,?\s*([^.!?]+)", re.IGNORECASE))  # no \b: "also" counts
+
+
+def free_text_answer(text: str) -> str:
+    """The answer in text that is not `finish[…]`: \\boxed{…}, else bold, else "the answer is …" /
+    "so …" (over 3 characters), else the first sentence over 5 characters, else the first 100."""
+    text = re.sub(r"\s+", " ", _THINK_BLOCK.sub("", text.strip())).strip()
+    if not text:
+        return ""
+    boxed = _BOXED.search(text)
+    if boxed:
+        return boxed.group(1).strip()
+    for pattern in _BOLD:
+        found = [m.strip() for m in pattern.findall(text) if len(m.strip()) > 2 and not re.match(r"^[^\w]*$", m.strip())]
+        if found:
+            return found[0]
+    for pattern in _STATED:
+        match = pattern.search(text)
+        if match:
+            answer = re.sub(r"^\W+|\W+$", "", match.group(1).strip())
+            if len(answer) > 3:
+                return answer
+    sentences = [part.strip() for part in re.split(r"[.!?]+", text) if len(part.strip()) > 5]
+    return sentences[0] if sentences else text[:100].strip()
+
+
+def ragen_action(piece: str) -> tuple[str, str]:
+    """(verb, argument) as RAGEN-2's Search env reads a piece: exactly `search[`…`]` or
+    `finish[`…`]` (case and spacing as written), anything else a free-text answer."""
+    piece = piece.strip()
+    for verb in ("search", "finish"):
+        if piece.startswith(verb + "[") and piece.endswith("]"):
+            return verb, piece[len(verb) + 1:-1]
+    return "answer", free_text_answer(piece)
+
+
 def canonical_action(piece: str) -> tuple[str, str] | str:
     """`(canonical action, argument)` for `search[…]`/`finish[…]`, else why it is invalid."""
     match = _ACTION.fullmatch(piece.strip())
@@ -116,8 +168,14 @@ class SearchQAConfig(EnvConfig):
     top_k: int = 3  # passages shown per search
     max_obs_chars: int = 1500  # budget for the passages of one search, shared between them
     f1_threshold: float = 0.3
+    free_text: str = "answer"  # see FREE_TEXT
+    success_rule: str = "positive_reward"  # see SUCCESS_RULES
 
     def __post_init__(self) -> None:
+        if self.free_text not in FREE_TEXT:
+            raise EnvConfigError(f"free_text must be one of {list(FREE_TEXT)}, got {self.free_text!r}")
+        if self.success_rule not in SUCCESS_RULES:
+            raise EnvConfigError(f"success_rule must be one of {list(SUCCESS_RULES)}, got {self.success_rule!r}")
         if self.source not in SOURCES:
             raise EnvConfigError(f"source must be one of {list(SOURCES)}, got {self.source!r}")
         if self.source == "file" and not self.path:
@@ -333,6 +391,14 @@ class SearchQAEnv(TextEnv):
         self._new_turn = True
 
     @property
+    def ragen_instruction(self) -> str:
+        return ragen_text.SEARCHQA
+
+    @property
+    def ragen_max_words(self) -> int:
+        return ragen_text.SEARCHQA_MAX_TOKENS
+
+    @property
     def instruction(self) -> str:
         return (
             "Answer a multi-hop question by searching a collection of paragraphs. Actions: search[query] shows "
@@ -353,10 +419,10 @@ class SearchQAEnv(TextEnv):
         return {"index": self.index, "id": self.question.id, "type": self.question.type, "level": self.question.level}
 
     def parse(self, response: str) -> ParsedResponse:
-        """The shared parser (free-form), then keep only `search[…]`/`finish[…]` pieces."""
+        """The shared parser (free-form); with free_text="drop", keep only `search[…]`/`finish[…]`."""
         parsed = parse_response(response, vocabulary=None, max_actions=self.config.max_actions_per_turn,
                                 require_think=self.config.require_think)
-        if not parsed.actions:
+        if not parsed.actions or self.config.free_text == "answer":  # every piece runs, as in RAGEN-2
             return parsed
         actions: list[str] = []
         dropped = list(parsed.dropped)
@@ -384,14 +450,18 @@ class SearchQAEnv(TextEnv):
         return obs, reward, terminated, truncated, info
 
     def _apply_action(self, action: str) -> ActionOutcome:
-        canonical, argument = canonical_action(action)  # parse() let only valid actions through
-        verb = canonical.split("[", 1)[0]
-        if verb == "finish":
+        if self.config.free_text == "answer":
+            verb, argument = ragen_action(action)
+        else:
+            canonical, argument = canonical_action(action)  # parse() let only valid actions through
+            verb = canonical.split("[", 1)[0]
+        if verb in ("finish", "answer"):
             reward, em, f1 = answer_reward(argument, self.question.answer, self.config.f1_threshold)
             self.submitted = argument
             self.final_scores = {"em": em, "f1": f1}
-            return ActionOutcome(reward, terminated=True, success=em,
-                                 info={"action": "finish", "em": em, "f1": f1, "gold": self.question.answer})
+            success = em or (self.config.success_rule == "positive_reward" and reward > 0)
+            return ActionOutcome(reward, terminated=True, success=success,
+                                 info={"action": verb, "em": em, "f1": f1, "gold": self.question.answer})
         passages = self.retriever.search(argument, self.config.top_k)
         if self._new_turn:
             self.results, self._new_turn = [], False

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from envs.base import ActionOutcome, EnvConfig, EnvConfigError, TextEnv
+from envs import ragen_text
 from envs.registry import EnvSpec, register
 from envs.sokoban_generator import DIRECTION_STEPS, FLOOR, TARGET, WALL, generate_room
 from envs.sokoban_ragen import generate_ragen_room
@@ -121,6 +122,20 @@ class SokobanEnv(TextEnv):
         self.solution: tuple[str, ...] = ()  # a shortest solution from the start (empty after load_room)
 
     # --- instruction and actions ----------------------------------------------------------
+
+    @property
+    def ragen_instruction(self) -> str:
+        # RAGEN-2 appends the default symbol list to every variant (it reads the default config)
+        text = ragen_text.SOKOBAN if self.config.observation_format == "grid" else ragen_text.COORD_SOKOBAN
+        return text + ragen_text.SOKOBAN_VOCAB
+
+    @property
+    def ragen_actions(self) -> tuple[str, ...]:
+        return ragen_text.SOKOBAN_ACTIONS
+
+    @property
+    def ragen_max_words(self) -> int:
+        return ragen_text.MAX_TOKENS if self.config.observation_format == "grid" else ragen_text.COORD_MAX_TOKENS
 
     @property
     def instruction(self) -> str:

@@ -37,6 +37,7 @@ import numpy as np
 
 from envs.base import ActionOutcome, EnvConfig, EnvConfigError, TextEnv
 from envs.parsing import ACTION_SEPARATOR, MAX_DROPPED_RECORDED, DroppedAction, ParsedResponse, parse_response
+from envs import ragen_text
 from envs.registry import register
 from envs.webshop_catalog import SPLITS, Catalog, Goal, Product, WebShopDataError, get_catalog
 from envs.webshop_reward import TITLE_MATCH_MODES, fuzzy_score, purchase_score, title_terms_for
@@ -304,6 +305,14 @@ class WebShopEnv(TextEnv):
         return ActionOutcome(reward=reward, terminated=True, success=success, info=info)
 
     # --- observation ------------------------------------------------------------------------
+
+    @property
+    def ragen_instruction(self) -> str:
+        return ragen_text.WEBSHOP
+
+    @property
+    def ragen_max_words(self) -> int:
+        return ragen_text.WEBSHOP_MAX_TOKENS
 
     @property
     def instruction(self) -> str:

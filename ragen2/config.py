@@ -87,7 +87,7 @@ class RolloutSection(Section):
     context: Literal["full", "window"] = "full"
     window_turns: int = Field(2, ge=1)
     max_context_tokens: int = Field(2048, ge=64)
-    max_response_words: int | None = None
+    max_response_words: int | None = None  # None: the env's RAGEN-2 value (instruction_style=ragen), else no line
 
 
 class AlgoSection(Section):

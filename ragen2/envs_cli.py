@@ -9,7 +9,7 @@ import sys
 import envs
 from envs.base import EnvConfig, EnvConfigError, TextEnv
 from envs.parsing import ANSWER_OPEN, format_response
-from envs.prompt import first_turn_messages, render_messages, reward_message, turn_message
+from envs.prompt import after_turn, first_turn_messages, render_messages
 
 DEFAULT_ENV = "sokoban"
 SHARED_FIELDS = {f.name for f in dataclasses.fields(EnvConfig)}
@@ -130,5 +130,5 @@ def run_play(args, env: TextEnv) -> int:
             print(f"\n{obs}\n\n{outcome}: total reward {total:g} in {turn} turns")
             return 0
         turn += 1
-        print(render_messages([reward_message(reward), turn_message(env, turn, obs,
-                                                                    previous_turn_invalid=not info['action_is_valid'])]))
+        feedback, state = after_turn(env, turn, obs, reward, info)  # what the model would see
+        print(render_messages([{"role": "user", "content": feedback + state}]))

@@ -41,7 +41,7 @@ def test_held_out_bandits_score_a_scripted_first_arm_policy_exactly(env_name):
     tok = tiny_tokenizer("chatml")
 
     def respond(prompt):  # always the first arm the prompt lists
-        first = re.findall(r"Your available actions are:\n(\w+),", prompt)[0]
+        first = re.findall(r"There are 2 arms, named (\w+) and", prompt)[0]  # RAGEN-2's observation
         return f"<think>first</think><answer>{first}</answer>"
 
     policy = ScriptedPolicy(tok, respond, generation_prompt="<|im_start|>assistant\n")

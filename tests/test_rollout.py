@@ -172,13 +172,14 @@ def sokoban_policy(tok):
     return ScriptedPolicy(tok, respond, generation_prompt=GEN_PROMPT, end_with_eos=True)
 
 
-def sokoban_factory():
-    return envs.make("sokoban", format_penalty=-0.5)
+def sokoban_factory(**env_config):
+    return lambda: envs.make("sokoban", format_penalty=-0.5, **env_config)
 
 
-def run_sokoban(tok, seeds=(3,), **config):
+def run_sokoban(tok, seeds=(3,), env_config=None, **config):
     cfg = RolloutConfig(**{"group_size": 2, "max_turns": 3, "max_new_tokens": 40, "prefill_tag": False, **config})
-    return rollout(sokoban_policy(tok), tok, sokoban_factory, list(seeds), cfg, torch.Generator().manual_seed(0))
+    return rollout(sokoban_policy(tok), tok, sokoban_factory(**(env_config or {})), list(seeds), cfg,
+                   torch.Generator().manual_seed(0))
 
 
 def decode_masked(tok, batch, row):
@@ -215,7 +216,8 @@ def test_full_history_prompt_layout_follows_ragen(tok):
     # The reward and the next turn's state share one user message; after the invalid turn the
     # warning appears and the action budget is unchanged.
     assert f"{SOKOBAN_SCRIPT[1]}<|im_end|>\n<|im_start|>user\nReward:\n-0.1\n\nTurn 2:\nState:\n" in text
-    assert "I refuse<|im_end|>\n<|im_start|>user\nReward:\n-0.5\n\nTurn 3:\nState:\n" in text
+    # The invalid turn is trained on -0.5 but shows RAGEN-2's env reward: nothing ran, str(0) = "0".
+    assert "I refuse<|im_end|>\n<|im_start|>user\nReward:\n0\n\nTurn 3:\nState:\n" in text
     turn_3 = text[text.index("Turn 3:"):]
     assert NO_VALID_ACTION_WARNING in turn_3 and "You have 9 actions left" in turn_3
     assert text.count("<|im_start|>system") == 1 and text.endswith(SOKOBAN_SCRIPT[3])
@@ -263,7 +265,16 @@ def test_window_mode_makes_one_row_per_turn(tok):
     assert "Turn 1:" in texts[1] and "Reward:\n-0.1\n\nTurn 2:" in texts[1]
     # Turn 3's window starts at turn 2, whose message drops the reward of turn 1.
     assert "Turn 1:" not in texts[2] and "<|im_start|>user\n\nTurn 2:" in texts[2]
-    assert "Reward:\n-0.5\n\nTurn 3:" in texts[2]
+    assert "Reward:\n0\n\nTurn 3:" in texts[2]
+
+
+@pytest.mark.parametrize("context", ["full", "window"])
+def test_reward_message_shows_the_penalty_only_when_asked(tok, context):
+    batch = run_sokoban(tok, env_config={"reward_feedback": "with_penalty"}, context=context, window_turns=2)
+    rows = (0, 0) if context == "full" else (1, 2)  # window: turn 2's and turn 3's rows
+    texts = [tok.decode(batch.input_ids[r][batch.attention_mask[r].bool()]) for r in rows]
+    assert "Reward:\n-0.1\n\nTurn 2:" in texts[0] and "Reward:\n-0.5\n\nTurn 3:" in texts[1]
+    assert [sum(t.turn_rewards) for t in batch.trajectories] == pytest.approx([-0.7, -0.7])  # trained on
 
 
 def test_context_limit_ends_a_trajectory_and_is_counted(tok):
@@ -300,7 +311,7 @@ def test_reasoning_spans_point_at_the_think_text(tok):
 def test_evaluate_success_and_pass_at_g(tok):
     # Always pull the first arm shown: seed 0 shows the safe arm first, seed 1 the risky one.
     def respond(prompt):
-        first = re.findall(r"Your available actions are:\n(\w+),", prompt)[0]
+        first = re.findall(r"There are 2 arms, named (\w+) and", prompt)[0]  # RAGEN-2's observation
         return f"<think>first</think><answer>{first}</answer>"
     policy = ScriptedPolicy(tok, respond, generation_prompt=GEN_PROMPT)
     cfg = RolloutConfig(group_size=2, max_turns=1, max_new_tokens=30, prefill_tag=False)

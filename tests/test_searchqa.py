@@ -341,11 +341,17 @@ def test_partial_and_wrong_answers():
     env = env_on_question(2)  # "How high above sea level is the birthplace of Ilse Marrow?" → "640 metres"
     assert env.question.answer == "640 metres"
     _, reward, terminated, _, info = act(env, "finish[640]")  # F1 = 2·1/(1+2)
-    assert reward == pytest.approx(2 / 3) and terminated and not info["success"]
+    # RAGEN-2: success = exact_match or reward > 0, so an F1 >= 0.3 answer succeeds
+    assert reward == pytest.approx(2 / 3) and terminated and info["success"]
     assert info["action_infos"][0] == {"action": "finish", "em": False, "f1": pytest.approx(2 / 3),
                                        "gold": "640 metres"}
     env.reset(seed=env.seed)
-    assert act(env, "finish[Dunhallow]")[1] == 0.0
+    _, reward, _, _, info = act(env, "finish[Dunhallow]")
+    assert reward == 0.0 and not info["success"]
+    strict = env_on_question(2, success_rule="exact_match")
+    assert not act(strict, "finish[640]")[4]["success"]
+    strict.reset(seed=strict.seed)
+    assert act(strict, "finish[640 metres]")[4]["success"]
 
 
 def test_running_out_of_actions_truncates_with_reward_zero():
@@ -358,7 +364,7 @@ def test_running_out_of_actions_truncates_with_reward_zero():
 
 
 def test_parse_accepts_only_search_and_finish():
-    env = envs.make("searchqa")
+    env = envs.make("searchqa", free_text="drop")
     env.reset(seed=0)
     parsed = env.parse(format_response(["  SEARCH [ Orlen  Lighthouse ]  "], think="t"))
     assert parsed.actions == ("search[Orlen  Lighthouse]",) and parsed.error is None
@@ -431,3 +437,39 @@ def test_bad_config_is_rejected(overrides, message):
 
 def test_searchqa_passes_the_env_checker():
     envs.check_env(lambda: envs.make("searchqa"))
+
+
+@pytest.mark.parametrize("text, answer", [
+    # rllm's order; each value is what RAGEN-2's ragen/env/search/reward.py
+    # extract_answer_from_response returns (checked against it, and on 20,000 fuzzed strings)
+    ("I think \\boxed{640 metres} is it", "640 metres"),
+    ("It is **Cobbleford** I believe", "Cobbleford"),
+    ("**ok** then *Tom Reed*", "then"),  # "ok" is too short; then *…* pairs the stars of "ok** then *"
+    ("The correct answer is: Ilse Marrow. Yes.", "Ilse Marrow"),
+    ("Thus, Orlen Lighthouse!", "Orlen Lighthouse"),
+    ("It is also Dunhallow.", "Dunhallow"),  # "so" inside "also" matches: no word boundary
+    ("Maybe. Cobbleford town. Then", "Cobbleford town"),  # first sentence over 5 characters
+    ("<think>hmm</think>  Abc", "Abc"),
+    ("<think>only thoughts</think>", ""),
+])
+def test_free_text_answers_are_read_as_ragen2_reads_them(text, answer):
+    assert searchqa.free_text_answer(text) == answer
+
+
+def test_free_text_is_a_final_answer_by_default_as_in_ragen2():
+    env = env_on_question(2)  # gold "640 metres"
+    _, reward, terminated, _, info = act(env, "The answer is 640 metres")
+    assert (reward, terminated, info["success"], info["format_penalty"]) == (1.0, True, True, 0.0)
+    assert info["action_infos"][0]["action"] == "answer" and env.submitted == "640 metres"
+    env.reset(seed=env.seed)
+    _, reward, terminated, _, info = act(env, "Cobbleford")  # a wrong bare answer: 0, no penalty, over
+    assert (reward, terminated, info["success"], info["format_penalty"]) == (0.0, True, False, 0.0)
+    # RAGEN-2 recognises the verbs exactly as written: "SEARCH [x]" is an answer, not a search
+    env.reset(seed=env.seed)
+    assert act(env, "SEARCH [Orlen Lighthouse]")[2] is True
+    env.reset(seed=env.seed)
+    _, reward, terminated, _, info = act(env, "search[]")  # an empty query searches, finds nothing
+    assert (reward, terminated, info["format_penalty"]) == (0.0, False, 0.0)
+    assert "No paragraph matched the query." in env.render()
+    with pytest.raises(EnvConfigError, match="free_text"):
+        envs.make("searchqa", free_text="keep")

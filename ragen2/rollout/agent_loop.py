@@ -10,13 +10,15 @@ are terminated, truncated, out of turns, or whose next prompt would not fit in
 `max_context_tokens` leave the batch.
 
 Prompts follow RAGEN: [system, user("Turn 1: ...")], and after turn k the user message
-"Reward:\\n{r}\\n" with the next turn's state message appended to it (one user message).
+"Reward:\\n{r}\\n" with the next turn's state message appended to it (one user message;
+`envs.prompt.after_turn`, shared with the OpenRLHF agent; r is the env's reward without the
+format penalty unless the env's `reward_feedback="with_penalty"`).
 Context "full" keeps the whole history as one token list (chat.TokenTrajectory: exact sampled
 ids, one training row per trajectory); "window" prompts with the system message plus the last
 `window_turns` turns (the current one included) and makes each turn its own training row.
 
 Rewards: a turn's reward is the env's step reward, which already includes the format penalty
-for a turn with no valid action; the trajectory reward is their sum.
+(trained on, not shown in the "Reward:" message by default); the trajectory reward is their sum.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import Callable, Sequence
 import torch
 
 from envs.parsing import ANSWER_OPEN, THINK_OPEN
-from envs.prompt import first_turn_messages, reward_message, turn_message
+from envs.prompt import after_turn, first_turn_messages
 from ragen2.progress import RolloutProgress
 from ragen2.rollout.batch import RolloutBatch, RowRecord, TrajectoryRecord
 from ragen2.rollout.chat import ChatFormat, TokenTrajectory, reasoning_span, reply_text
@@ -180,10 +182,10 @@ class _Episode:
         if terminated or truncated or k + 1 >= self.config.max_turns:
             self.done = True
             return
-        next_turn = turn_message(self.env, k + 2, observation, max_response_words=self.config.max_response_words,
-                                 previous_turn_invalid=not info["action_is_valid"])["content"]
+        feedback, next_turn = after_turn(self.env, k + 2, observation, reward, info,
+                                         max_response_words=self.config.max_response_words)
         self.turn_texts.append(next_turn)
-        self.user_contents.append(reward_message(reward)["content"] + next_turn)
+        self.user_contents.append(feedback + next_turn)
         if self.tokens is not None:
             self.tokens.add_user(self.user_contents[-1])
 

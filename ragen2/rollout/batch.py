@@ -18,9 +18,43 @@ the `<think>` tokens) and input_ids[row, start:end] the reasoning z (see chat.re
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 import torch
+
+# What to do when the kept rows are not a multiple of RAGEN-2's size divisor. copy (RAGEN-2's
+# batch_adjust_mode default): duplicate random rows up to the next multiple; delete: remove the
+# remainder at random; none (ours): train on them as they are, the last mini-batch shorter.
+BATCH_ADJUST_MODES = ("none", "copy", "delete")
+
+
+def ragen_size_divisor(num_groups: int, mini_batch_size: int, gpus: int = 1) -> int:
+    """RAGEN-2's divisor: lcm(env groups per step, PPO mini-batch size, GPUs per node)."""
+    return math.lcm(num_groups, mini_batch_size, gpus)
+
+
+def adjusted_rows(rows: int, divisor: int, mode: str, generator: torch.Generator | None = None) -> list[int]:
+    """Row indices after RAGEN-2's adjust_batch: all rows in order, then (copy) divisor - remainder
+    random rows again, drawn without replacement unless more are needed than there are rows;
+    or (delete) all rows but `remainder` random ones, in order. RAGEN-2 draws from numpy's global
+    RNG; here `generator` (the run's) keeps a seeded run reproducible."""
+    if mode not in BATCH_ADJUST_MODES:
+        raise ValueError(f"batch adjust mode must be one of {list(BATCH_ADJUST_MODES)}, got {mode!r}")
+    if divisor < 1:
+        raise ValueError(f"divisor must be >= 1, got {divisor}")
+    remainder = rows % divisor
+    if mode == "none" or remainder == 0:
+        return list(range(rows))
+    if mode == "delete":  # rows < divisor deletes them all, as RAGEN-2's would
+        dropped = set(torch.randperm(rows, generator=generator)[:remainder].tolist())
+        return [r for r in range(rows) if r not in dropped]
+    to_add = divisor - remainder
+    if to_add > rows:
+        extra = torch.randint(rows, (to_add,), generator=generator).tolist()
+    else:
+        extra = torch.randperm(rows, generator=generator)[:to_add].tolist()
+    return list(range(rows)) + extra
 
 
 @dataclass
@@ -165,6 +199,17 @@ class RolloutBatch:
         spans = [(new_row[b], turn, s, e) for b, turn, s, e in self.reasoning_spans if b in new_row]
         return dataclasses.replace(self, **moved, trajectories=[self.trajectories[i] for i in kept_trajs],
                                    reasoning_spans=spans)
+
+    def take_rows(self, order: list[int]) -> "RolloutBatch":
+        """The rows at `order` (repeats allowed: a copy keeps its group, trajectory and spans;
+        the per-trajectory logs are unchanged, so metrics still count each episode once)."""
+        index = torch.tensor(order, dtype=torch.long, device=self.input_ids.device)
+        moved = {name: getattr(self, name).index_select(0, index) for name in self._tensor_fields()}
+        spans_of: dict[int, list] = {}
+        for b, turn, start, end in self.reasoning_spans:
+            spans_of.setdefault(b, []).append((turn, start, end))
+        spans = [(new, *span) for new, old in enumerate(order) for span in spans_of.get(old, ())]
+        return dataclasses.replace(self, **moved, reasoning_spans=spans)
 
     # --- metrics -----------------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ SamplesGenerator = modules["openrlhf.trainer.ppo_utils.samples_generator"].Sampl
 AgentExecutorBase = modules["openrlhf.utils.agent"].AgentExecutorBase
 
 import envs  # noqa: E402
-from envs.prompt import first_turn_messages, reward_message, turn_message  # noqa: E402
+from envs.prompt import after_turn, first_turn_messages  # noqa: E402
 from ragen2.rollout.chat import ChatFormat  # noqa: E402
 from ragen2.rollout.tiny import tiny_tokenizer  # noqa: E402
 
@@ -79,8 +79,8 @@ def replay(seed, texts, rollout_index=0):
         rewards.append(reward)
         messages.append({"role": "assistant", "content": text})
         if k + 1 < len(texts):
-            nxt = turn_message(env, k + 2, observation, previous_turn_invalid=not info["action_is_valid"])["content"]
-            messages.append({"role": "user", "content": reward_message(reward)["content"] + nxt})
+            feedback, nxt = after_turn(env, k + 2, observation, reward, info)
+            messages.append({"role": "user", "content": feedback + nxt})
     return messages, rewards
 
 
@@ -107,6 +107,10 @@ def test_a_full_multi_turn_episode_has_exact_tokens_ranges_rewards_and_logs(toke
     rendered = ChatFormat(tokenizer).render(messages, add_generation_prompt=False)
     assert tokenizer.decode(tokens, skip_special_tokens=False) == rendered.rstrip("\n")
     assert rewards[0] == pytest.approx(-0.1)  # the format penalty of the invalid turn
+    # ...which the model is not shown (RAGEN-2 shows the env's own reward: nothing ran, "0");
+    # turn 2's Up is one plain step, -0.1.
+    text = tokenizer.decode(tokens, skip_special_tokens=False)
+    assert "<|im_start|>user\nReward:\n0\n\nTurn 2:\n" in text and "user\nReward:\n-0.1\n\nTurn 3:\n" in text
     assert isinstance(out["reward"], torch.Tensor) and out["reward"].item() == pytest.approx(sum(rewards))
     assert out["extra_logs"] == {"env/success": 0.0, "env/num_turns": 3.0, "env/format_ok_fraction": 1.0,
                                  "env/valid_action_fraction": 2 / 3, "env/actions_executed": 2.0, "env/context_truncated": 0.0}

@@ -47,9 +47,11 @@ import snr  # noqa: E402
 import torch  # noqa: E402
 from ragen2.trainer import filter_config, step_seeds, validation_seeds  # noqa: E402
 
-# The prompt the Bandit fixture was fine-tuned after (no word limit), sampled cooler: most replies
-# then close "<think> ... </think>", so every group has reasoning for the MI probe to score.
-FIXTURE_PROMPT = ["rollout.max_response_words=null", "rollout.temperature=0.5"]
+# The prompt the Bandit fixture was fine-tuned after (our "explicit" instruction, no word limit),
+# sampled cooler: most replies then close "<think> ... </think>", so every group has reasoning for
+# the MI probe to score.
+FIXTURE_PROMPT = ["rollout.max_response_words=null", "env.overrides.instruction_style=explicit",
+                  "rollout.temperature=0.5"]
 RUN_TIMEOUT_S = 900  # a warm run takes about a minute on an idle 2-core machine
 # Small enough for 2 cores: 2 groups x 4 samples, one DeepSpeed micro-batch of 4 per optimizer step.
 SMALL = ["model.dtype=bfloat16", "rollout.num_groups=2", "rollout.group_size=4", "rollout.max_new_tokens=24",

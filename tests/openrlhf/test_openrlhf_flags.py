@@ -44,7 +44,9 @@ NO_REWARD_CLIP = ["--reward.clip_range", "-1000000000.0", "1000000000.0"]
 
 
 def test_ppo_paper_config_on_one_node_of_8_gpus():
-    got = command(env="sokoban", algo="ppo", extra=[REPO / "configs/paper/ragen2-main.yaml"])
+    # The paper config asks for veRL's micro_batch loss scope, which OpenRLHF cannot run (see below).
+    got = command(env="sokoban", algo="ppo", extra=[REPO / "configs/paper/ragen2-main.yaml"],
+                  overrides=["optim.loss_scope=mini_batch"])
     model = "Qwen/Qwen2.5-3B-Instruct"
     assert got == head() + [
         "--actor.model_name_or_path", model, "--ds.param_dtype", "bf16",
@@ -182,6 +184,7 @@ def test_batch_unit_is_the_lcm_of_the_global_batch_and_the_data_parallel_micro_b
     (["model.name=m", "algo.grpo_std_eps=0.01"], Cluster(), "algo.grpo_std_eps=0.01"),
     (["model.name=m", "algo.filter_loss_scaling=sqrt"], Cluster(), "algo.filter_loss_scaling=sqrt"),
     (["model.name=m", "probe.grad_every=5"], Cluster(), "probe.grad_every=5"),
+    (["model.name=m", "optim.loss_scope=micro_batch"], Cluster(), "optim.loss_scope=micro_batch"),
     (["model.name=m", "probe.stop_on_collapse=true"], Cluster(), "probe.stop_on_collapse=true"),
     (["model.name=m", "optim.micro_batch_size=4", "optim.mini_batch_size=16"], Cluster(), "optim.mini_batch_size=16"),
     (["model.name=m", "rollout.num_groups=3", "optim.micro_batch_size=1", "optim.mini_batch_size=8"], Cluster(),
@@ -194,6 +197,16 @@ def test_values_openrlhf_cannot_express_fail_naming_the_key(overrides, cluster, 
         command(cluster, overrides=[*overrides, "model.dtype=float32"] if "dtype" in needle else
                 ["model.dtype=bfloat16", *overrides])
     assert needle in str(error.value)
+
+
+def test_the_paper_configs_micro_batch_loss_scope_is_refused_not_ignored():
+    # OpenRLHF 0.11.2 normalises over the whole optimizer step (our mini_batch); veRL's
+    # per-micro-batch means (configs/paper/ragen2-main.yaml) cannot be expressed.
+    with pytest.raises(UnsupportedConfig) as error:
+        command(env="sokoban", algo="ppo", extra=[REPO / "configs/paper/ragen2-main.yaml"])
+    assert "optim.loss_scope=micro_batch" in str(error.value) and "optim.loss_scope=mini_batch" in str(error.value)
+    assert command(env="sokoban", algo="ppo", extra=[REPO / "configs/paper/ragen2-main.yaml"],
+                   overrides=["optim.loss_scope=mini_batch"])  # the scope OpenRLHF runs is accepted
 
 
 def test_all_problems_are_reported_together():
@@ -267,7 +280,8 @@ def parse_with_openrlhf(flags: list[str], monkeypatch):
 
 
 def test_openrlhf_parses_and_accepts_the_ppo_command(monkeypatch):
-    cfg = load_config(env="sokoban", algo="ppo", extra=[REPO / "configs/paper/ragen2-main.yaml"])
+    cfg = load_config(env="sokoban", algo="ppo", extra=[REPO / "configs/paper/ragen2-main.yaml"],
+                      overrides=["optim.loss_scope=mini_batch"])
     args = parse_with_openrlhf(plan_launch(cfg, RUN, Cluster()).openrlhf_flags, monkeypatch)
     assert args.actor.model_name_or_path == args.critic.model_name_or_path == "Qwen/Qwen2.5-3B-Instruct"
     assert args.actor.eps_clip_low_high == [0.2, 0.28] and args.actor.dual_clip == 3.0

@@ -36,7 +36,7 @@ import torch
 from openrlhf.utils.agent import AgentExecutorBase
 
 import envs
-from envs.prompt import first_turn_messages, reward_message, turn_message
+from envs.prompt import after_turn, first_turn_messages
 from ragen2.rollout.chat import ChatFormat, TokenTrajectory, reply_text
 
 STOP_STRINGS = ["</answer>"]  # as the local rollout: a turn ends once its answer is closed
@@ -148,9 +148,9 @@ class AgentExecutor(AgentExecutorBase):
             truncated = output.finish_reason == "length"
             if terminated or env_truncated or turn + 1 >= spec.max_turns:
                 break
-            next_turn = turn_message(env, turn + 2, observation, max_response_words=spec.max_response_words,
-                                     previous_turn_invalid=not info["action_is_valid"])["content"]
-            trajectory.add_user(reward_message(reward)["content"] + next_turn)
+            feedback, next_turn = after_turn(env, turn + 2, observation, reward, info,
+                                             max_response_words=spec.max_response_words)
+            trajectory.add_user(feedback + next_turn)  # the local rollout's helper: one protocol
 
         end = trajectory.last_sampled_end()  # trailing template / next-turn prompt is not trained on
         turns = len(trajectory.turn_spans)

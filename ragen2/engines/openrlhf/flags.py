@@ -122,6 +122,15 @@ def unsupported(cfg: Config) -> list[str]:
                                 f"algo.{key}=1.0 gives the local engine's multi-turn GAE")
     if a.loss_agg not in OPENRLHF_LOSS_AGG:
         problems.append(f"algo.loss_agg={a.loss_agg}: --actor.loss_agg_mode offers only {list(OPENRLHF_LOSS_AGG)}")
+    if cfg.optim.loss_scope != "mini_batch":
+        # OpenRLHF 0.11.2 (utils/loss_utils.py iter_grad_accum_global_norm) divides every term by
+        # the token / sample count of the whole optimizer step, over its micro-batches and ranks:
+        # our mini_batch scope. No flag gives veRL's mean of per-micro-batch means.
+        problems.append(f"optim.loss_scope={cfg.optim.loss_scope}: OpenRLHF 0.11.2 aggregates each loss over the "
+                        "whole optimizer step (all micro-batches and GPUs), which is optim.loss_scope=mini_batch; "
+                        "it has no per-micro-batch mean (veRL's). Set optim.loss_scope=mini_batch (with "
+                        "optim.micro_batch_size=1, algo.loss_agg=seq-mean-token-mean weighs sequences equally as "
+                        "veRL's micro_batch token-mean does, for the policy term only)")
     if a.uses_critic and a.value_clip is None:
         problems.append("algo.value_clip=null: OpenRLHF always clips the value (--critic.value_clip); set a number")
     if (a.advantage == "grpo" and _set_explicitly(a, "grpo_std_eps")

@@ -4,7 +4,8 @@
   so every reward is the format penalty: no reward spread (the SNR skip path).
 - `bandit_model`: the same architecture (hidden 64) briefly fine-tuned on
   "<think> the ARM arm </think> <answer>ARM</answer>" replies, either arm at random, after the
-  exact prompt ids ragen2's agent builds for Bandit (TokenTrajectory, prefill "<think>"). Sampled at
+  exact prompt ids ragen2's agent builds for Bandit with `instruction_style="explicit"`
+  (TokenTrajectory, prefill "<think>"). Sampled at
   T=1 its episodes pick both arms, so groups have reward spread and reasoning spans: the filter
   keeps groups and the MI probe has pairs to score.
 """
@@ -37,7 +38,7 @@ def bandit_model(folder: Path, steps: int = 60, seed: int = 0, batch_size: int =
     chat = ChatFormat(tokenizer)
     examples = []
     for instance in range(32):
-        env = envs.make("bandit")
+        env = envs.make("bandit", instruction_style="explicit")  # the committed fixture's prompt
         observation, _ = env.reset(seed=instance, options={"rollout_index": 0})
         prompt = TokenTrajectory(chat, list(first_turn_messages(env, observation)), prefill="<think>").input_ids
         for arm in env.action_vocabulary:
