@@ -151,6 +151,10 @@ class OptimSection(Section):
     # mini_batch: each term aggregated over the whole mini-batch (micro-batching changes nothing);
     # micro_batch: over each micro-batch, then averaged over micro-batches, as veRL (RAGEN-2) does
     loss_scope: Literal["mini_batch", "micro_batch"] = "mini_batch"
+    # RAGEN-2 pads the kept rows to a multiple of lcm(groups per step, mini-batch size): copy repeats
+    # random rows, delete drops random ones. none trains exactly what the filter kept (no row counted
+    # twice, and a filter that keeps a third of the groups costs a third of the update)
+    batch_adjust: Literal["copy", "delete", "none"] = "copy"
     # First N trained steps update only the critic: a cold critic's whitened values would
     # otherwise be most of the advantage (OpenRLHF: --critic.freezing_steps, veRL: critic_warmup)
     critic_warmup_steps: int = Field(0, ge=0)

@@ -30,6 +30,7 @@ from ragen2.engines import local
 from ragen2.interrupts import Interrupts, StepAbandoned, restore_rng, rng_snapshot
 from ragen2.progress import LiveLine
 from ragen2.rollout import RolloutBatch, evaluate, rollout
+from ragen2.rollout.batch import adjusted_rows, ragen_size_divisor
 from ragen2.run_log import RunLog, finite
 
 VALIDATION_STREAM = 987_654_321  # seeds validation instances apart from training ones
@@ -132,7 +133,10 @@ def train_step(run: Run) -> dict:
     decision = run.stop_policy.observe(selection)
     metrics.update(run.stop_policy.metrics())
     if not selection.skip:
-        metrics.update(update_on(run, batch.select_groups(selection.kept), selection, timer))
+        kept = adjust_rows(run, batch.select_groups(selection.kept))
+        metrics["batch/update_rows"] = float(kept.input_ids.shape[0])
+        if kept.input_ids.shape[0]:  # delete mode can leave none
+            metrics.update(update_on(run, kept, selection, timer))
     metrics.update(timer.metrics())
     # The whole step, probe and gradient decomposition included (the loop adds validation).
     metrics["time/step_s"] = round(time.perf_counter() - step_started, 4)
@@ -142,6 +146,14 @@ def train_step(run: Run) -> dict:
         metrics["stop_reason"] = decision.reason
         run.log.event("stop", reason=decision.reason, message=decision.message, step=run.step)
     return metrics
+
+
+def adjust_rows(run: Run, kept: RolloutBatch) -> RolloutBatch:
+    """RAGEN-2's batch adjustment (optim.batch_adjust) of the rows the filter kept."""
+    cfg = run.cfg
+    divisor = ragen_size_divisor(cfg.rollout.num_groups, cfg.optim.mini_batch_size)
+    order = adjusted_rows(kept.input_ids.shape[0], divisor, cfg.optim.batch_adjust, run.generator)
+    return kept if order == list(range(kept.input_ids.shape[0])) else kept.take_rows(order)
 
 
 def needs_old_log_probs(run: Run, rows: int) -> bool:

@@ -124,7 +124,7 @@ def _train(model_dir, out, filter_name: str, *extra: str) -> list[dict]:
 
 
 def test_starpo_s_trains_on_exactly_the_top_quarter_of_groups(coin_env, tiny_model_dir, tmp_path, spies):
-    rows = _train(tiny_model_dir, tmp_path, "starpo-s")
+    rows = _train(tiny_model_dir, tmp_path, "starpo-s", "optim.batch_adjust=none")
     keep = max(1, int(0.25 * NUM_GROUPS))  # StarPO-S: k = max(1, int(0.25 * P)) = 2
     assert [r["step"] for r in rows] == list(range(STEPS))
     for step, row in enumerate(rows):
@@ -151,6 +151,23 @@ def test_starpo_s_trains_on_exactly_the_top_quarter_of_groups(coin_env, tiny_mod
         # Kept groups are whole: each kept group brings all G members, nothing else comes along.
         assert sorted((t.group, t.member) for t in updated.trajectories) == [
             (g, m) for g in want for m in range(GROUP_SIZE)]
+
+
+def test_ragen2_batch_adjust_pads_the_kept_rows_with_copies_of_kept_rows(coin_env, tiny_model_dir, tmp_path, spies):
+    """The default (RAGEN-2's copy mode): 2 kept groups x 3 = 6 rows, padded to lcm(8 groups,
+    mini-batch 8) = 8 with 2 copies of kept rows; delete mode drops all 6 (6 < 8), so no update."""
+    rows = _train(tiny_model_dir, tmp_path, "starpo-s")
+    for step, row in enumerate(rows):
+        want = top_groups_by_std(expected_rewards(step), 2)
+        updated = spies["updated"][step]
+        assert row["batch/update_rows"] == 8.0 and spies["ppo_rows"][step] == 8
+        assert sorted(set(updated.group_ids.tolist())) == want
+        pairs = list(zip(updated.group_ids.tolist(), updated.traj_index.tolist()))
+        assert len(set(pairs)) == 6 and len(pairs) == 8  # every kept row once, plus 2 repeats
+        assert pairs[:6] == sorted(set(pairs), key=pairs.index)  # the kept rows first, in order
+    deleted = _train(tiny_model_dir, tmp_path / "delete", "starpo-s", "optim.batch_adjust=delete")
+    assert [r["batch/update_rows"] for r in deleted] == [0.0] * STEPS
+    assert len(spies["ppo_rows"]) == STEPS  # the delete run made no update
 
 
 def test_no_filter_trains_on_every_row(coin_env, tiny_model_dir, tmp_path, spies):

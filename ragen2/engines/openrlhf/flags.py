@@ -351,6 +351,9 @@ def plan_launch(cfg: Config, run_dir: Path, cluster: Cluster | None = None, pyth
     command = [python or sys.executable, "-m", LAUNCH_MODULE, SETTINGS_FLAG, str(files / "settings.json"),
                *openrlhf_flags(cfg, cluster, run_dir)]
     notes = []
+    if cfg.optim.batch_adjust != "none":
+        notes.append(f"optim.batch_adjust={cfg.optim.batch_adjust} is not applied: OpenRLHF keeps whole groups up to a "
+                     "multiple of its batch unit and drops the rest (no rows copied)")
     if cfg.algo.uses_critic:
         notes.append(f"algo.value_coef={cfg.algo.value_coef} is not passed: OpenRLHF trains the critic with its own "
                      "optimizer on 0.5 x the clipped squared error (Adam is invariant to a constant loss scale, "
