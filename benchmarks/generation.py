@@ -34,6 +34,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from ragen2 import precision  # noqa: E402
 from ragen2.rollout.generation import generate, generate_one_at_a_time  # noqa: E402
 
 
@@ -94,9 +95,18 @@ def hf_generate(model, prompts, *, max_new_tokens, generator=None, pad_token_id=
         ids[row, longest - len(prompt):] = torch.tensor(prompt)
         mask[row, longest - len(prompt):] = 1
     torch.manual_seed(0)
-    out = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
-                         max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens, pad_token_id=pad_token_id)
+    with precision.autocast(model):  # --dtype bfloat16: the same mixed precision as our backends
+        out = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_p=1.0,
+                             top_k=0, max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens,
+                             pad_token_id=pad_token_id)
     return [GenerationResult(token_ids=row[longest:].tolist()) for row in out]
+
+
+def _cpu_name() -> str:
+    cpuinfo = Path("/proc/cpuinfo")
+    lines = cpuinfo.read_text().splitlines() if cpuinfo.is_file() else []
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")),
+                platform.processor() or "unknown CPU")
 
 
 def timed(fn, *args, **kwargs):
@@ -113,6 +123,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1, help="runs per measurement; the fastest counts")
     parser.add_argument("--random-init", action="store_true")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                        help="compute precision of every side (bfloat16: autocast over fp32 weights)")
     parser.add_argument("--skip-single", action="store_true", help="skip the (slow) one-at-a-time runs")
     parser.add_argument("--skip-early-stop", action="store_true", help="skip the hf loop's early-stop comparison")
     args = parser.parse_args()
@@ -120,6 +132,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
 
     model, tokenizer, model_name, load_s = load_model(args.random_init)
+    precision.set_compute_dtype(model, args.dtype)
     prompts = build_prompts(tokenizer, args.batch)
     pad = tokenizer.pad_token_id if tokenizer is not None else 0
     equal = dict(temperature=1.0, top_p=1.0, stop_strings=(), eos_token_ids=(), pad_token_id=pad, tokenizer=tokenizer)
@@ -158,7 +171,9 @@ def main() -> None:
         "model": model_name,
         "model_load_s": round(load_s, 2),
         "torch_threads": torch.get_num_threads(),
-        "machine": f"{platform.machine()}, torch {torch.__version__}",
+        "machine": f"{platform.machine()}, torch {torch.__version__}, {_cpu_name()}, "
+                   f"bf16 units: {precision.cpu_bf16_flags() or 'none'}",
+        "dtype": args.dtype,
         "batch": b,
         "new_tokens_each": n,
         "prompt_tokens": {"min": min(map(len, prompts)), "max": max(map(len, prompts)),
