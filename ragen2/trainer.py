@@ -133,7 +133,7 @@ def train_step(run: Run) -> dict:
     decision = run.stop_policy.observe(selection)
     metrics.update(run.stop_policy.metrics())
     if not selection.skip:
-        kept = adjust_rows(run, batch.select_groups(selection.kept))
+        kept = adjust_rows(run, batch.select_groups(selection.kept), batch.input_ids.shape[0])
         metrics["batch/update_rows"] = float(kept.input_ids.shape[0])
         if kept.input_ids.shape[0]:  # delete mode can leave none
             metrics.update(update_on(run, kept, selection, timer))
@@ -148,10 +148,13 @@ def train_step(run: Run) -> dict:
     return metrics
 
 
-def adjust_rows(run: Run, kept: RolloutBatch) -> RolloutBatch:
-    """RAGEN-2's batch adjustment (optim.batch_adjust) of the rows the filter kept."""
+def adjust_rows(run: Run, kept: RolloutBatch, rollout_rows: int) -> RolloutBatch:
+    """RAGEN-2's batch adjustment (optim.batch_adjust) of the rows the filter kept.
+
+    A mini-batch larger than the whole rollout means "one step over the batch" here; RAGEN-2's
+    configs never have one, and padding to it would multiply the batch, so it counts as the rollout."""
     cfg = run.cfg
-    divisor = ragen_size_divisor(cfg.rollout.num_groups, cfg.optim.mini_batch_size)
+    divisor = ragen_size_divisor(cfg.rollout.num_groups, min(cfg.optim.mini_batch_size, rollout_rows))
     order = adjusted_rows(kept.input_ids.shape[0], divisor, cfg.optim.batch_adjust, run.generator)
     return kept if order == list(range(kept.input_ids.shape[0])) else kept.take_rows(order)
 

@@ -18,8 +18,9 @@ from ragen2.engines.openrlhf.flags import (Cluster, UnsupportedConfig, agent_pat
 REPO = Path(__file__).resolve().parents[2]
 RUN = Path("/runs/x")
 AGENT = str(agent_path())
+# GPU-sized settings over the env presets (those are CPU-sized: 2 x 4 episodes, 48 tokens)
 SMALL = ["model.dtype=bfloat16", "rollout.num_groups=8", "rollout.group_size=8", "optim.micro_batch_size=2",
-         "optim.mini_batch_size=16"]
+         "optim.mini_batch_size=16", "rollout.max_new_tokens=96", "trainer.val_groups=8"]
 
 
 def command(cluster=Cluster(), **compose):
