@@ -25,6 +25,8 @@ from ragen2.run_log import read_metrics
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 ROOT = Path(__file__).resolve().parents[1]
+# What the process started with: default_int_handler, or SIG_IGN in a job a shell started with `&`
+SIGINT_AT_IMPORT = signal.getsignal(signal.SIGINT)
 TINY = ["rollout.num_groups=2", "rollout.group_size=2", "rollout.max_new_tokens=8", "trainer.val_groups=2",
         "optim.micro_batch_size=2", "optim.mini_batch_size=4", "probe.every=0", "trainer.num_threads=1"]
 
@@ -74,7 +76,7 @@ def test_a_signal_inside_an_abandonable_phase_raises_and_outside_it_is_deferred(
             signal.raise_signal(signal.SIGINT)
     finally:
         guard.restore()
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is SIGINT_AT_IMPORT  # put back as it was (SIG_IGN under nohup &)
 
 
 # --- interrupts during training ----------------------------------------------------------------
@@ -107,7 +109,7 @@ def test_an_interrupt_saves_the_last_completed_step_and_resume_equals_an_uninter
     code = main(["train", "--out", str(tmp_path), "trainer.run_name=r", *_common(tiny_model_dir, 4)])
     err = capsys.readouterr().err
     assert code == 128 + signal.SIGINT
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # train() put the handlers back
+    assert signal.getsignal(signal.SIGINT) is SIGINT_AT_IMPORT  # train() put the handlers back
     assert [r["step"] for r in read_metrics(run)] == list(range(steps_done))
     assert ckpt.latest_checkpoint(run).name == f"step_{steps_done:06d}"  # saved although save_every=0
     stop = [e for e in _events(run) if e["kind"] == "stop"]
