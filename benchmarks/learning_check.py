@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ragen2 import trainer  # noqa: E402
 from ragen2.config import load_config  # noqa: E402
-from ragen2.run_log import read_metrics  # noqa: E402
+from ragen2.run_dir import read_metrics  # noqa: E402
 
 SAFE_PAYOFF, FORMAT_PENALTY = 0.1, -0.1  # Bandit's defaults (envs/bandit.py, envs/base.py)
 ARMS_FILE, VAL_BEFORE_FILE = "arms.jsonl", "val_before.json"

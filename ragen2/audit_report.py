@@ -29,7 +29,7 @@ from pathlib import Path
 
 import mi_probe
 from ragen2.audit_verdict import run_verdict
-from ragen2.run_log import EVENTS_FILE, read_steps
+from ragen2.run_dir import EVENTS_FILE, read_steps
 
 SUCCESS_KEY = "rollout/success_rate"
 # (label, metric key): the proxies whose rank correlation with success the report tabulates

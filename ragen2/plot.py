@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ragen2.run_log import finite, read_steps
+from ragen2.run_dir import finite, read_steps
 
 PANELS = (
     ("reward (mean)", ("rollout/reward_mean", "val/reward_mean")),

@@ -31,7 +31,7 @@ from ragen2.interrupts import Interrupts, StepAbandoned, restore_rng, rng_snapsh
 from ragen2.progress import LiveLine
 from ragen2.rollout import RolloutBatch, evaluate, rollout
 from ragen2.rollout.batch import adjusted_rows, ragen_size_divisor
-from ragen2.run_log import RunLog, finite
+from ragen2.run_dir import RunLog, finite
 
 VALIDATION_STREAM = 987_654_321  # seeds validation instances apart from training ones
 
@@ -394,7 +394,7 @@ def _interrupted(run: Run, started: float) -> dict:
 
 
 def _read_rows(run: Run) -> list[dict]:
-    from ragen2.run_log import read_metrics
+    from ragen2.run_dir import read_metrics
 
     return read_metrics(run.run_dir)
 

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from ragen2.config import ConfigError, load_config  # noqa: E402
-from ragen2.run_log import read_metrics  # noqa: E402
+from ragen2.run_dir import read_metrics  # noqa: E402
 
 KEYS = {"name": str, "out": str, "docs": str, "algo": (str, type(None)), "env": (str, type(None)),
         "filters": list, "seeds": list, "overrides": list, "keep_checkpoints": bool}

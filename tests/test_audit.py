@@ -20,7 +20,7 @@ from ragen2.config import ProbeSection
 from ragen2.probe import CollapseWatch, Probe
 from ragen2.rollout import RolloutConfig, rollout
 from ragen2.rollout.tiny import ScriptedPolicy, tiny_llama, tiny_tokenizer
-from ragen2.run_log import RunLog
+from ragen2.run_dir import RunLog
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: threads cost more than they save
 GEN_PROMPT = "<|im_start|>assistant\n"

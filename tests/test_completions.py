@@ -18,7 +18,7 @@ from ragen2.cli import main
 from ragen2.config import build_config
 from ragen2.rollout import RolloutConfig, rollout
 from ragen2.rollout.tiny import ScriptedPolicy, tiny_tokenizer
-from ragen2.run_log import RunLog, read_metrics
+from ragen2.run_dir import RunLog, read_metrics
 from ragen2.train_cli import compose
 
 TINY = ["rollout.num_groups=2", "rollout.group_size=2", "rollout.max_new_tokens=6", "trainer.val_groups=2",

@@ -23,7 +23,7 @@ from ragen2 import trainer
 from ragen2.cli import main
 from ragen2.config import load_config
 from ragen2.engines import local
-from ragen2.run_log import read_metrics
+from ragen2.run_dir import read_metrics
 
 ENV_NAME = "filter_probe_coin"
 NUM_GROUPS, GROUP_SIZE, STEPS = 8, 3, 3

@@ -252,7 +252,7 @@ def test_decompose_metrics_per_bucket(policy):
 def test_training_logs_the_decomposition_and_zero_spread_gives_zero_task_gradient(tmp_path):
     from ragen2.cli import main
     from ragen2.rollout.tiny import tiny_llama, tiny_tokenizer
-    from ragen2.run_log import read_metrics
+    from ragen2.run_dir import read_metrics
 
     tokenizer = tiny_tokenizer("chatml")
     tiny_llama(tokenizer).save_pretrained(tmp_path / "model")

@@ -20,7 +20,7 @@ from ragen2 import trainer
 from ragen2.cli import main
 from ragen2.engines import local
 from ragen2.interrupts import Interrupts, StepAbandoned
-from ragen2.run_log import read_metrics
+from ragen2.run_dir import read_metrics
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

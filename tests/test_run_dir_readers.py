@@ -14,7 +14,7 @@ from ragen2.bench.plots import series as bench_series
 from ragen2.bench.report import cell_result
 from ragen2.bench.runner import steps_logged
 from ragen2.engines.openrlhf.run_files import RunFiles, eval_row, numeric
-from ragen2.run_log import RunLog, finite, read_metrics, read_steps
+from ragen2.run_dir import RunLog, finite, read_metrics, read_steps
 
 # Three rollout steps (0-based 0, 1, 2), the middle one skipped by the filter; evaluations after
 # steps 1 and 2 (val_every=2 plus the last step). Step 2's entropy is NaN.

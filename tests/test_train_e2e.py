@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ragen2.cli import main
-from ragen2.run_log import read_metrics
+from ragen2.run_dir import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["rollout.num_groups=3", "rollout.group_size=2", "rollout.max_new_tokens=10", "trainer.val_groups=2",

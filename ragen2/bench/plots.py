@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ragen2.run_log import finite, read_steps
+from ragen2.run_dir import finite, read_steps
 
 PANELS = (  # (metric key, title)
     ("val/success_rate", "validation success"),

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ragen2.bench.published import PUBLISHED, published_value
 from ragen2.bench.runner import read_manifest, read_state
-from ragen2.run_log import finite, read_steps
+from ragen2.run_dir import finite, read_steps
 
 COLUMNS = ("name", "matrix", "env", "algo", "filter", "variant", "treatment", "row", "model", "seed", "status",
            "reason",

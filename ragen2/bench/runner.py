@@ -29,7 +29,7 @@ from typing import Callable
 
 from ragen2.bench.suite import Cell, Suite, SuiteError, config_difference, key_settings
 from ragen2.bench.worker import ERROR_FILE
-from ragen2.run_log import read_steps
+from ragen2.run_dir import read_steps
 
 MANIFEST = "bench.json"
 CELL_STATE = "bench_cell.json"

@@ -10,7 +10,7 @@ Its evaluator reports, per prompt, the mean reward of the samples (`eval_*_pass1
 
 An evaluation is a row of its own, after its step's row and with the same `step` (the step's line
 is already flushed when OpenRLHF evaluates; rewriting it would cost the file its append-only
-safety): readers go through `ragen2.run_log.read_steps`, which merges it into the step's row, the
+safety): readers go through `ragen2.run_dir.read_steps`, which merges it into the step's row, the
 local engine's shape.
 """
 
