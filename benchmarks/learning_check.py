@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ragen2 import trainer  # noqa: E402
 from ragen2.config import load_config  # noqa: E402
-from ragen2.run_dir import read_metrics  # noqa: E402
+from ragen2.run_dir import CONFIG_FILE, SUMMARY_FILE, read_metrics, read_summary  # noqa: E402
 
 SAFE_PAYOFF, FORMAT_PENALTY = 0.1, -0.1  # Bandit's defaults (envs/bandit.py, envs/base.py)
 ARMS_FILE, VAL_BEFORE_FILE = "arms.jsonl", "val_before.json"
@@ -101,7 +101,7 @@ def summarise_run(run_dir: Path, k: int, wall_s: float | None, val_n: int) -> di
     rows = read_metrics(run_dir)
     arms = {a["step"]: a for a in map(json.loads, (run_dir / ARMS_FILE).read_text().splitlines())}
     before = json.loads((run_dir / VAL_BEFORE_FILE).read_text())
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = read_summary(run_dir)
     series = {
         "reward_mean": [r["rollout/reward_mean"] for r in rows],
         "success_rate": [r["rollout/success_rate"] for r in rows],
@@ -176,8 +176,8 @@ def main() -> None:
                      f"trainer.run_name={algo}", f"trainer.out={args.out}", *args.overrides]
         cfg = load_config(algo=algo, filter="none", overrides=overrides)
         run_dir = Path(args.out) / algo
-        saved = run_dir / "config.yaml"
-        done = (run_dir / "summary.json").exists() and saved.exists() and saved.read_text() == cfg.to_yaml()
+        saved = run_dir / CONFIG_FILE
+        done = (run_dir / SUMMARY_FILE).exists() and saved.exists() and saved.read_text() == cfg.to_yaml()
         wall = None if done else train_one(cfg, run_dir)
         results[algo] = summarise_run(run_dir, args.first_k, wall, cfg.trainer.val_groups * cfg.rollout.group_size)
         results[algo]["config"] = {"algo": cfg.algo.name, "advantage": cfg.algo.advantage,

@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import envs  # noqa: E402
 from envs.prompt import first_turn_messages  # noqa: E402
 from ragen2 import models as model_lib  # noqa: E402
-from ragen2 import trainer  # noqa: E402
+from ragen2 import seeding, trainer  # noqa: E402
 from ragen2.config import load_config  # noqa: E402
 from ragen2.engines import local  # noqa: E402
 from ragen2.rollout import rollout  # noqa: E402
@@ -210,7 +210,7 @@ def main() -> None:
             report["train_step"]["rollout_tokens_per_s"] = round(metrics["throughput/rollout_tokens_per_s"], 1)
         peaks["after_train_step"] = matmul_flops()
         if "update" not in args.skip:
-            batch = rollout(models.policy, tokenizer, trainer.env_factory(cfg), trainer.step_seeds(cfg, 99),
+            batch = rollout(models.policy, tokenizer, trainer.env_factory(cfg), seeding.step_seeds(cfg, 99),
                             trainer.rollout_config(cfg), run.generator)
             runs = []
             for _ in range(args.repeats):

@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from envs.prompt import first_turn_messages  # noqa: E402
 from ragen2 import models as model_lib  # noqa: E402
-from ragen2 import trainer  # noqa: E402
+from ragen2 import seeding, trainer  # noqa: E402
 from ragen2.config import load_config  # noqa: E402
 from ragen2.engines import local  # noqa: E402
 from ragen2.rollout import agent_loop  # noqa: E402
@@ -210,7 +210,7 @@ def main() -> dict:
             return {"step_s": seconds, **phases, "reward_mean": metrics["rollout/reward_mean"]}
 
         steps = 1 + args.repeats
-        seeds = [s for step in range(steps) for s in trainer.step_seeds(cfg, step)]
+        seeds = [s for step in range(steps) for s in seeding.step_seeds(cfg, step)]
         callback = make_alternating_callback(ours_step)
         trl = build_trl(cfg, args, str(Path(tmp) / "trl"), seeds, callback, trl_lengths)
         trl.train()

@@ -25,8 +25,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ragen2.audit_verdict import compare_with_base, model_verdict, retrieval_zscore, run_verdict  # noqa: F401
-
-AUDIT_STREAM = 424_242  # seeds audit instances apart from training and validation ones
+from ragen2.run_dir import CONFIG_FILE, POLICY_DIR, read_config
+from ragen2.seeding import audit_seeds
 
 
 @dataclass
@@ -52,11 +52,10 @@ class ModelSpec:
 
 
 def _run_config_above(path: Path) -> dict | None:
-    import yaml
-
     for folder in [path, *path.parents][:5]:
-        if (folder / "config.yaml").is_file():
-            return yaml.safe_load((folder / "config.yaml").read_text()) or {}
+        config = read_config(folder)
+        if config is not None:
+            return config
     return None
 
 
@@ -70,21 +69,21 @@ def resolve_model(spec: str) -> ModelSpec:
     if path.is_dir() and not (path / "config.json").is_file():
         if (path / model_lib.WEIGHTS_FILE).is_file():
             weights = path  # step_N/policy
-        elif (path / "policy" / model_lib.WEIGHTS_FILE).is_file():
-            weights = path / "policy"  # step_N
-        elif (path / "config.yaml").is_file():
+        elif (path / POLICY_DIR / model_lib.WEIGHTS_FILE).is_file():
+            weights = path / POLICY_DIR  # step_N
+        elif (path / CONFIG_FILE).is_file():
             latest = ckpt.latest_checkpoint(path)
             if latest is None:
                 raise FileNotFoundError(f"{path} is a run directory without a complete checkpoint")
-            weights = latest / "policy"
+            weights = latest / POLICY_DIR
         else:
             raise FileNotFoundError(f"{path}: neither a model directory (config.json), a ragen2 checkpoint "
-                                    f"(policy/{model_lib.WEIGHTS_FILE}) nor a run directory (config.yaml)")
+                                    f"({POLICY_DIR}/{model_lib.WEIGHTS_FILE}) nor a run directory ({CONFIG_FILE})")
     if weights is None:
         return ModelSpec(model_lib.resolve_model_source(spec))
     run_config = _run_config_above(weights)
     if run_config is None:
-        raise FileNotFoundError(f"{weights}: found no config.yaml above it naming the base model")
+        raise FileNotFoundError(f"{weights}: found no {CONFIG_FILE} above it naming the base model")
     base = run_config.get("model", {}).get("name", model_lib.DEFAULT_MODEL)
     return ModelSpec(model_lib.resolve_model_source(base), weights, run_config)
 
@@ -128,15 +127,13 @@ def policy_entropy(policy, batch, temperature: float, micro_batch_size: int = 4)
 
 def audit_model(policy, tokenizer, env_factory, settings: AuditSettings) -> dict:
     """Roll out fresh groups, cross-score their reasoning, and return the numbers."""
-    import numpy as np
     import torch
 
     from ragen2.config import ProbeSection
     from ragen2.probe import Probe
     from ragen2.rollout import RolloutConfig, rollout
 
-    rng = np.random.default_rng([settings.seed, AUDIT_STREAM])
-    seeds = [int(s) for s in rng.integers(0, 2**31 - 1, size=settings.groups)]
+    seeds = audit_seeds(settings.seed, settings.groups)
     config = RolloutConfig(group_size=settings.group_size, max_turns=settings.max_turns,
                            max_new_tokens=settings.max_new_tokens, temperature=settings.temperature)
     batch = rollout(policy, tokenizer, env_factory, seeds, config, torch.Generator().manual_seed(settings.seed))

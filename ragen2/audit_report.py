@@ -21,15 +21,20 @@ import base64
 import html
 import io
 import json
-import math
 import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+import matplotlib
+import matplotlib.pyplot as plt
+from matplotlib.ticker import MaxNLocator
+from scipy import stats
+
 import mi_probe
 from ragen2.audit_verdict import run_verdict
-from ragen2.run_dir import EVENTS_FILE, read_steps
+from ragen2.probe import series_values
+from ragen2.run_dir import AUDIT_DIR, SUMMARY_FILE, finite, read_config, read_events, read_steps
 
 SUCCESS_KEY = "rollout/success_rate"
 # (label, metric key): the proxies whose rank correlation with success the report tabulates
@@ -76,43 +81,17 @@ def load_run(run_dir: Path) -> RunRecord:
     rows = read_steps(run_dir)  # an OpenRLHF run's evaluation rows are no steps
     if not rows:
         raise FileNotFoundError(f"{run_dir}: no metrics.jsonl rows (is it a ragen2 run directory?)")
-    events = []
-    events_path = run_dir / EVENTS_FILE
-    if events_path.is_file():
-        for line in events_path.read_text().splitlines():
-            try:
-                events.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue  # a line cut short by a kill
-    config = {}
-    if (run_dir / "config.yaml").is_file():
-        import yaml
-
-        config = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
-    return RunRecord(run_dir, rows, events, config)
-
-
-def number(value) -> float | None:
-    """A finite float from a logged value (the log writes NaN/inf as strings), else None."""
-    if isinstance(value, bool) or value is None:
-        return None
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    return out if math.isfinite(out) else None
+    return RunRecord(run_dir, rows, read_events(run_dir), read_config(run_dir) or {})
 
 
 def series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
-    points = [(row["step"], number(row.get(key))) for row in rows]
+    points = [(row["step"], finite(row.get(key))) for row in rows]
     points = [(s, v) for s, v in points if v is not None]
     return [s for s, _ in points], [v for _, v in points]
 
 
 def spearman_table(rows: list[dict], target: str = SUCCESS_KEY, proxies=PROXIES) -> list[dict]:
     """Spearman rho (and p-value) of each proxy with `target`, over steps that logged both."""
-    from scipy import stats
-
     target_at = dict(zip(*series(rows, target)))
     table = []
     for label, key in proxies:
@@ -141,8 +120,6 @@ def detector_config(config: dict) -> mi_probe.CollapseDetectorConfig:
 
 def collect_alerts(record: RunRecord) -> list[dict]:
     """Logged alert events plus a replay of the detector over the logged series, deduplicated."""
-    from ragen2.probe import series_values
-
     found: dict[tuple[str, int], dict] = {}
     for event in record.events:
         if event.get("kind") == "alert" and "alert" in event and isinstance(event.get("step"), int):
@@ -164,8 +141,8 @@ def grad_decomposition(rows: list[dict]) -> dict[int, dict[str, dict[str, float]
     for row in rows:
         for key, value in row.items():
             match = GRAD_KEY.match(key)
-            if match and number(value) is not None:
-                out.setdefault(row["step"], {}).setdefault(match[1], {})[match[2]] = number(value)
+            if match and finite(value) is not None:
+                out.setdefault(row["step"], {}).setdefault(match[1], {})[match[2]] = finite(value)
     return out
 
 
@@ -176,7 +153,7 @@ def with_scaled_norms(grad: dict, config: dict) -> dict:
     for buckets in grad.values():
         for values in buckets.values():
             for component, (key, default) in COEFFICIENT_KEYS.items():
-                coef = number(algo.get(key, default))
+                coef = finite(algo.get(key, default))
                 if f"{component}_scaled_norm" not in values and f"{component}_norm" in values and coef is not None:
                     values[f"{component}_scaled_norm"] = abs(coef) * values[f"{component}_norm"]
     return grad
@@ -198,10 +175,10 @@ def series_summary(rows: list[dict]) -> dict[str, dict]:
 
 def run_stats(rows: list[dict]) -> dict:
     """Counts the run verdict reads: probes that scored rows, their largest row count, skipped steps."""
-    probe_rows = [number(r.get("probe/num_rows")) for r in rows if "probe/mi_estimate" in r or "probe/num_rows" in r
+    probe_rows = [finite(r.get("probe/num_rows")) for r in rows if "probe/mi_estimate" in r or "probe/num_rows" in r
                   or "probe/skipped_too_few_groups" in r]
     return {"probes": len(probe_rows), "probe_rows_max": max((v for v in probe_rows if v is not None), default=None),
-            "skipped_steps": sum(1 for r in rows if number(r.get("snr/skipped")))}
+            "skipped_steps": sum(1 for r in rows if finite(r.get("snr/skipped")))}
 
 
 def bound_summary(grad: dict) -> dict:
@@ -218,8 +195,6 @@ def bound_summary(grad: dict) -> dict:
 
 
 def _png(figure) -> bytes:
-    import matplotlib.pyplot as plt
-
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=100)
     plt.close(figure)
@@ -227,18 +202,12 @@ def _png(figure) -> bytes:
 
 
 def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    matplotlib.use("Agg")  # PNGs only, on any machine; chosen when drawing, not for whoever imports this
     return plt
 
 
 def plot_series(rows: list[dict], alerts: list[dict]) -> bytes:
     plt = _pyplot()
-    from matplotlib.ticker import MaxNLocator
-
     figure, axes = plt.subplots(2, 3, figsize=(13, 7), constrained_layout=True)
     for axis, (title, keys) in zip(axes.flat, PANELS):
         drawn = False
@@ -434,7 +403,7 @@ def render_html(summary: dict, images: dict[str, bytes]) -> str:
 def build_report(run_dir: Path, out_dir: Path | None = None, target: str = SUCCESS_KEY) -> dict:
     """Write report.html, summary.json and the PNGs into `out_dir` (default RUN_DIR/audit)."""
     record = load_run(run_dir)
-    out_dir = Path(out_dir) if out_dir is not None else Path(run_dir) / "audit"
+    out_dir = Path(out_dir) if out_dir is not None else Path(run_dir) / AUDIT_DIR
     out_dir.mkdir(parents=True, exist_ok=True)
     summary = summarise(record, target)
     grad = with_scaled_norms(grad_decomposition(record.rows), record.config)
@@ -443,6 +412,6 @@ def build_report(run_dir: Path, out_dir: Path | None = None, target: str = SUCCE
         images.update(grad=plot_grad(grad), bound=plot_bound(grad))
     for name, png in images.items():
         (out_dir / f"{name}.png").write_bytes(png)
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    (out_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=1))
     (out_dir / "report.html").write_text(render_html(summary, images))
-    return {"html": out_dir / "report.html", "summary": out_dir / "summary.json", "data": summary}
+    return {"html": out_dir / "report.html", "summary": out_dir / SUMMARY_FILE, "data": summary}

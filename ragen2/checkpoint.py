@@ -24,8 +24,9 @@ from pathlib import Path
 import torch
 
 from ragen2 import models as model_lib
+from ragen2.run_dir import CHECKPOINT_STATE_FILE as STATE_FILE
+from ragen2.run_dir import CRITIC_DIR, POLICY_DIR, checkpoint_name, checkpoints_dir
 
-STATE_FILE = "state.json"
 OPTIMIZER_FILE = "optimizers_and_rng.pt"
 _size_reported: set[str] = set()  # run directories whose checkpoint size this process printed
 
@@ -34,13 +35,9 @@ class CheckpointDamaged(RuntimeError):
     """A checkpoint folder whose files are missing, cut short or unreadable."""
 
 
-def checkpoint_dir(run_dir: Path) -> Path:
-    return Path(run_dir) / "checkpoints"
-
-
 def complete_checkpoints(run_dir: Path) -> list[Path]:
     """Checkpoints with their state file (written last), newest first."""
-    folder = checkpoint_dir(run_dir)
+    folder = checkpoints_dir(run_dir)
     if not folder.is_dir():
         return []
     return sorted((p for p in folder.glob("step_*") if (p / STATE_FILE).is_file()), reverse=True)
@@ -89,15 +86,15 @@ def save_checkpoint(run_dir: Path, step: int, models, optimizers, generator: tor
 
     `save_optimizer=False` leaves out the optimiser states (weights and RNG states only);
     `report(line)` gets the checkpoint's size once per run directory and process."""
-    folder = checkpoint_dir(run_dir)
+    folder = checkpoints_dir(run_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    final = folder / f"step_{step:06d}"
-    staging = folder / f".staging_step_{step:06d}_{os.getpid()}"
+    final = folder / checkpoint_name(step)
+    staging = folder / f".staging_{final.name}_{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
-    model_lib.save_model(models.policy, staging / "policy")
+    model_lib.save_model(models.policy, staging / POLICY_DIR)
     if models.critic is not None:
-        model_lib.save_model(models.critic, staging / "critic")
+        model_lib.save_model(models.critic, staging / CRITIC_DIR)
     torch.save({
         "actor": optimizers.actor.state_dict() if save_optimizer else None,
         "critic": optimizers.critic.state_dict() if optimizers.critic is not None and save_optimizer else None,
@@ -151,9 +148,9 @@ def load_latest(run_dir: Path, models, optimizers, generator: torch.Generator, w
 
 
 def _restore(path: Path, models, optimizers, generator: torch.Generator) -> None:
-    model_lib.load_model_weights(models.policy, path / "policy")
+    model_lib.load_model_weights(models.policy, path / POLICY_DIR)
     if models.critic is not None:
-        model_lib.load_model_weights(models.critic, path / "critic")
+        model_lib.load_model_weights(models.critic, path / CRITIC_DIR)
     saved = torch.load(path / OPTIMIZER_FILE, map_location="cpu", weights_only=False)
     if saved["actor"] is not None:  # None: saved with save_optimizer=False, the moments restart at zero
         optimizers.actor.load_state_dict(saved["actor"])

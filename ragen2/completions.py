@@ -1,7 +1,7 @@
 """What the model wrote: a few trajectories per training step, with their parse results and reward.
 
     records = pick(batch, n=2, kept_groups=selection.kept)   # the step's best and worst trajectory
-    log = CompletionsLog(run_dir, resume_step)                # completions.jsonl
+    log = CompletionsLog(run_dir, resume_step)                # ragen2.run_dir: completions.jsonl
     log.write(step, records); print(console_text(records))
 
 One JSON line per recorded trajectory in `RUN_DIR/completions.jsonl`: `step` (0-based, as in
@@ -15,10 +15,6 @@ numbers are the same with recording on or off.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
-COMPLETIONS_FILE = "completions.jsonl"
 STATE_CHARS = 1000  # env states can be long (a DeepCoder problem): the file keeps their head
 CONSOLE_CHARS = 160  # per turn on the console
 
@@ -69,43 +65,6 @@ def pick(batch, n: int, kept_groups=None) -> list[dict]:
     kept = None if kept_groups is None else {int(g) for g in kept_groups}
     return [trajectory_record(trajs[i], rank, None if kept is None else trajs[i].group in kept)
             for i, rank in choose([t.reward for t in trajs], n)]
-
-
-class CompletionsLog:
-    """completions.jsonl: appended and flushed per step; on resume, lines of steps at or after the
-    checkpoint's are dropped first (those steps are redone and write them again)."""
-
-    def __init__(self, run_dir: Path, resume_step: int = 0):
-        self.path = Path(run_dir) / COMPLETIONS_FILE
-        self._file = None
-        if self.path.exists():
-            kept = []
-            for line in self.path.read_text().splitlines():
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:
-                    break  # a line cut short by a kill: everything before it is intact
-                if row.get("step", 0) < resume_step:
-                    kept.append(line)
-            self.path.write_text("".join(line + "\n" for line in kept))
-
-    def write(self, step: int, records: list[dict]) -> None:
-        if not records:
-            return
-        if self._file is None:  # created on the first record: log_completions=0 leaves no file
-            self._file = self.path.open("a")
-        for record in records:
-            self._file.write(json.dumps({"step": step, **record}) + "\n")
-        self._file.flush()
-
-    def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-
-
-def read_completions(run_dir: Path) -> list[dict]:
-    path = Path(run_dir) / COMPLETIONS_FILE
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
 def _one_line(text: str, limit: int = CONSOLE_CHARS) -> str:

@@ -23,11 +23,11 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
-from ragen2.config import ConfigError, build_config, load_config
-
-EVAL_STREAM = 555_000_111  # instance seeds apart from training (per step) and validation streams
+import envs
+from ragen2.config import ConfigError, build_config, load_config, rollout_config
+from ragen2.run_dir import (CHECKPOINT_STATE_FILE, CHECKPOINTS_DIR, CONFIG_FILE, EVAL_DIR, POLICY_DIR,
+                            read_config)
+from ragen2.seeding import eval_sampling_seed, eval_seeds
 
 
 class EvalError(ValueError):
@@ -64,25 +64,25 @@ def add_parser(commands) -> None:
 
 def resolve_target(target: str):
     """(config, checkpoint folder or None, label) for a checkpoint, a run directory or a model."""
-    from ragen2 import checkpoint as ckpt
+    from ragen2 import checkpoint as ckpt  # torch and transformers: once the arguments are known good
 
     path = Path(target)
     if path.is_dir():
-        if (path / ckpt.STATE_FILE).is_file() and (path / "policy").is_dir():
+        if (path / CHECKPOINT_STATE_FILE).is_file() and (path / POLICY_DIR).is_dir():
             run_dir = path.parent.parent
             return _run_config(run_dir, path), path, f"{run_dir.name}-{path.name}"
-        if (path / "config.yaml").is_file():
+        if (path / CONFIG_FILE).is_file():
             latest = ckpt.latest_checkpoint(path)
             if latest is None:
-                raise EvalError(f"{path}: a run directory without a complete checkpoint in {path}/checkpoints "
+                raise EvalError(f"{path}: a run directory without a complete checkpoint in {path}/{CHECKPOINTS_DIR} "
                                 f"(bench cells delete theirs when done unless the suite sets "
                                 f"keep_final_checkpoint: true)")
             return _run_config(path, latest), latest, f"{path.name}-{latest.name}"
         if not (path / "config.json").is_file():
-            raise EvalError(f"{path}: not a checkpoint (no {ckpt.STATE_FILE} + policy/), run directory (no "
-                            f"config.yaml) or Hugging Face model folder (no config.json)")
+            raise EvalError(f"{path}: not a checkpoint (no {CHECKPOINT_STATE_FILE} + {POLICY_DIR}/), run directory "
+                            f"(no {CONFIG_FILE}) or Hugging Face model folder (no config.json)")
     # A model: the base config's rollout settings, this model.
-    from ragen2.models import ModelSourceError, check_model_source
+    from ragen2.models import ModelSourceError, check_model_source  # as ckpt above
 
     try:
         check_model_source(target)
@@ -95,18 +95,14 @@ def resolve_target(target: str):
 
 
 def _run_config(run_dir: Path, checkpoint: Path):
-    import yaml
-
-    saved = run_dir / "config.yaml"
-    if not saved.is_file():
-        raise EvalError(f"{checkpoint}: its run directory {run_dir} has no config.yaml, so the base model is unknown")
-    return build_config(yaml.safe_load(saved.read_text()))
+    data = read_config(run_dir)
+    if data is None:
+        raise EvalError(f"{checkpoint}: its run directory {run_dir} has no {CONFIG_FILE}, so the base model is unknown")
+    return build_config(data)
 
 
 def env_overrides(cfg, env_name: str, extra: list[str]) -> dict:
     """The run's env overrides where the eval env accepts them (answer-only stays answer-only), plus `extra`."""
-    import envs
-
     entry = envs.spec(env_name)
     carried = {}
     for key, value in cfg.env.overrides.items():
@@ -151,16 +147,14 @@ def episode_statistics(trajectories) -> dict:
 
 def evaluate_policy(policy, tokenizer, env_name: str, overrides: dict, rollout_cfg, num_groups: int,
                     seed: int) -> dict:
-    import envs
-    import torch
+    import torch  # as ckpt above
 
     from ragen2.rollout import rollout
 
     entry = envs.spec(env_name)
     env_config = entry.make_config(**overrides)
-    rng = np.random.default_rng([seed, EVAL_STREAM])
-    seeds = [int(s) for s in rng.integers(0, 2**31 - 1, size=num_groups)]
-    generator = torch.Generator().manual_seed(seed + EVAL_STREAM)
+    seeds = eval_seeds(seed, num_groups)
+    generator = torch.Generator().manual_seed(eval_sampling_seed(seed))
     batch = rollout(policy, tokenizer, lambda: entry.env_cls(env_config), seeds, rollout_cfg, generator)
     return {**episode_statistics(batch.trajectories), "instance_seeds": seeds}
 
@@ -190,9 +184,8 @@ def run_eval(args) -> int:
     except (EvalError, ConfigError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    from ragen2 import models as model_lib
+    from ragen2 import models as model_lib  # torch and transformers: once the arguments are known good
     from ragen2.engines import local
-    from ragen2.trainer import rollout_config
 
     group_size = cfg.rollout.group_size
     num_groups = math.ceil(args.episodes / group_size)
@@ -206,7 +199,7 @@ def run_eval(args) -> int:
         tokenizer = model_lib.load_tokenizer(source)
         policy = model_lib.load_policy(source, dtype=cfg.model.dtype, device=device, lora=lora)
         if checkpoint is not None:
-            model_lib.load_model_weights(policy, checkpoint / "policy")
+            model_lib.load_model_weights(policy, checkpoint / POLICY_DIR)
     except (model_lib.ModelSourceError, model_lib.ModelWeightsError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -218,7 +211,7 @@ def run_eval(args) -> int:
               "temperature": temperature, "max_turns": cfg.rollout.max_turns,
               "max_new_tokens": cfg.rollout.max_new_tokens, "wall_s": round(time.perf_counter() - started, 1),
               **stats}
-    out = args.out or ((checkpoint.parent.parent / "eval" if checkpoint else Path("eval"))
+    out = args.out or ((checkpoint.parent.parent / EVAL_DIR if checkpoint else Path(EVAL_DIR))
                        / f"{label}-{args.env}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))

@@ -16,6 +16,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from ragen2 import audit
+from ragen2 import checkpoint as ckpt
+from ragen2.run_dir import CONFIG_FILE, EXPORT_DIR, checkpoints_dir
+
 
 class ExportError(RuntimeError):
     """A run directory or checkpoint that cannot be exported (nothing was written)."""
@@ -23,14 +27,12 @@ class ExportError(RuntimeError):
 
 def find_checkpoint(run_dir: Path, name: str | None) -> Path:
     """The checkpoint folder to export: `name` (step_N, N with or without zero padding) or the latest."""
-    from ragen2 import checkpoint as ckpt
-
     run_dir = Path(run_dir)
-    if not (run_dir / "config.yaml").is_file():
-        raise ExportError(f"{run_dir}: not a ragen2 run directory (no config.yaml naming the base model)")
+    if not (run_dir / CONFIG_FILE).is_file():
+        raise ExportError(f"{run_dir}: not a ragen2 run directory (no {CONFIG_FILE} naming the base model)")
     done = ckpt.complete_checkpoints(run_dir)
     if not done:
-        raise ExportError(f"{run_dir}: no complete checkpoint under {ckpt.checkpoint_dir(run_dir)}")
+        raise ExportError(f"{run_dir}: no complete checkpoint under {checkpoints_dir(run_dir)}")
     if name is None:
         return done[0]
     digits = name.removeprefix("step_")
@@ -56,9 +58,6 @@ def _plain(model):
 def export_checkpoint(run_dir: Path, out: Path | None = None, checkpoint: str | None = None,
                       lora: str = "merge") -> Path:
     """Write the Hugging Face folder and return it (default RUN_DIR/export/step_N)."""
-    from ragen2 import audit
-    from ragen2 import checkpoint as ckpt
-
     if lora not in ("merge", "adapter"):
         raise ExportError(f"--lora {lora!r}: use merge or adapter")
     path = find_checkpoint(run_dir, checkpoint)
@@ -71,7 +70,7 @@ def export_checkpoint(run_dir: Path, out: Path | None = None, checkpoint: str | 
     is_lora = hasattr(policy, "merge_and_unload")
     if lora == "adapter" and not is_lora:
         raise ExportError(f"--lora adapter: the run {run_dir} did not train LoRA adapters (model.lora_rank 0)")
-    out = Path(out) if out is not None else Path(run_dir) / "export" / path.name
+    out = Path(out) if out is not None else Path(run_dir) / EXPORT_DIR / path.name
     if out.exists() and any(out.iterdir()):
         raise ExportError(f"{out} exists and is not empty; pick another --out")
     if is_lora and lora == "merge":

@@ -9,7 +9,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ragen2.run_dir import finite, read_steps
+import matplotlib
+import matplotlib.pyplot as plt
+from matplotlib.ticker import MaxNLocator
+
+from ragen2.run_dir import CURVES_FILE, METRICS_FILE, finite, read_steps
 
 PANELS = (
     ("reward (mean)", ("rollout/reward_mean", "val/reward_mean")),
@@ -30,12 +34,7 @@ def display_step(row: dict) -> int:
 
 
 def curves_figure(rows: list[dict], title: str):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
-
+    matplotlib.use("Agg")  # a PNG only, on any machine; chosen when drawing, not for whoever imports this
     figure, axes = plt.subplots(3, 3, figsize=(14, 10), constrained_layout=True)
     skipped = [display_step(r) for r in rows if finite(r.get("snr/skipped"))]
     first, last = min(display_step(r) for r in rows), max(display_step(r) for r in rows)
@@ -63,14 +62,12 @@ def curves_figure(rows: list[dict], title: str):
 
 
 def plot_run(run_dir: Path, out: Path | None = None) -> Path:
-    import matplotlib.pyplot as plt
-
     rows = read_steps(run_dir) if Path(run_dir).is_dir() else []
     if not rows:
-        raise FileNotFoundError(f"no metrics.jsonl rows in {run_dir}"
+        raise FileNotFoundError(f"no {METRICS_FILE} rows in {run_dir}"
                                 + ("" if Path(run_dir).is_dir() else " (no such directory)"))
     figure = curves_figure(rows, Path(run_dir).name)
-    out = out or Path(run_dir) / "curves.png"
+    out = out or Path(run_dir) / CURVES_FILE
     figure.savefig(out, dpi=110)
     plt.close(figure)
     return out

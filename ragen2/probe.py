@@ -33,10 +33,10 @@ import numpy as np
 import torch
 
 import mi_probe
+from ragen2 import seeding
 from ragen2.config import ProbeSection
 
 THINK_OPEN = "<think>"
-PROBE_STREAM = 0x9B0BE  # keys the probe's RNG apart from everything else seeded by the step
 EARLY_WARNINGS = ("reward_std_cliff", "grad_norm_spike")
 # detector input -> the metric key the trainer logs it under
 WATCHED_SERIES = {
@@ -95,7 +95,7 @@ class Probe:
         group that owns a sampled row (RAGEN-2: the groups present among the valid pairs)."""
         group_of_row = batch.group_ids.tolist()
         spans = [(row, start, end) for row, turn, start, end in batch.reasoning_spans if turn == 0 and end > start]
-        rng = np.random.default_rng([step, PROBE_STREAM])
+        rng = seeding.probe_rng(step)
         if len(spans) > self.cfg.num_samples:
             picked = sorted(rng.choice(len(spans), size=self.cfg.num_samples, replace=False).tolist())
             spans = [spans[i] for i in picked]
@@ -123,7 +123,7 @@ class Probe:
                 turns_of.setdefault(traj_of_row[row], []).append((row, start, end))
         trajectories = sorted(turns_of)
         counts = [len(turns_of[m]) for m in trajectories]
-        rng = np.random.default_rng([step, PROBE_STREAM])
+        rng = seeding.probe_rng(step)
         picked = mi_probe.sample_trajectory_turns(counts, self.cfg.num_samples, rng=rng)
         spans = [turns_of[trajectories[m]][t] for m, t in picked]
         prompts = [batch.input_ids[row, :start].tolist() for row, start, _ in spans]

@@ -1,6 +1,20 @@
-"""Where a run's numbers go: metrics.jsonl always (one flushed line per step), events.jsonl
-for alerts and stops, completions.jsonl (ragen2.completions), wandb and TensorBoard when asked
-for, and a one-line progress display."""
+"""A run directory: the names of its files, their writers, their readers, and summary.json.
+
+    RUN_DIR/config.yaml         the resolved config (what ran, `model.dtype` decided)
+    RUN_DIR/metrics.jsonl       one flushed line per step (MetricsFile; RunLog in the local engine)
+    RUN_DIR/events.jsonl        alerts, stops, checkpoints, warnings (RunLog.event)
+    RUN_DIR/completions.jsonl   a few trajectories per step (CompletionsLog; records: ragen2.completions)
+    RUN_DIR/summary.json        written when a run ends (`summary`): a bench cell with one is done
+    RUN_DIR/checkpoints/step_NNNNNN/   ragen2.checkpoint (its state file: CHECKPOINT_STATE_FILE)
+    RUN_DIR/tensorboard/ wandb_run_id curves.png audit/ export/ eval/ openrlhf/ model/
+
+Both engines write through MetricsFile, CompletionsLog and `summary`; `ragen2 plot`, `audit` and
+`bench` read through `read_steps`, so a run reads the same whichever engine wrote it.
+
+JSON has no NaN or infinity. A non-finite number is written as its Python string ("nan", "inf",
+"-inf": kept visible rather than dropping the row) and read back as the float, by `read_steps`.
+`finite` is how every reader then turns a value into a number or None.
+"""
 
 from __future__ import annotations
 
@@ -10,37 +24,53 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
+
 from ragen2 import completions as completions_lib
 
+CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.jsonl"
 EVENTS_FILE = "events.jsonl"
+COMPLETIONS_FILE = "completions.jsonl"
+SUMMARY_FILE = "summary.json"
+CHECKPOINTS_DIR = "checkpoints"
+CHECKPOINT_STATE_FILE = "state.json"  # in a checkpoint folder, written last: the checkpoint is complete
+POLICY_DIR, CRITIC_DIR = "policy", "critic"  # a checkpoint's model folders
+TENSORBOARD_DIR = "tensorboard"
+WANDB_RUN_ID_FILE = "wandb_run_id"
+CURVES_FILE = "curves.png"  # ragen2 plot
+AUDIT_DIR = "audit"  # ragen2 audit RUN_DIR
+EXPORT_DIR = "export"  # ragen2 export
+EVAL_DIR = "eval"  # ragen2 eval
+OPENRLHF_DIR = "openrlhf"  # the OpenRLHF engine's datasets and settings
+OPENRLHF_MODEL_DIR = "model"  # where OpenRLHF saves the final model
 
 
-def _jsonable(value):
+def checkpoints_dir(run_dir: Path) -> Path:
+    return Path(run_dir) / CHECKPOINTS_DIR
+
+
+def checkpoint_name(step: int) -> str:
+    """The folder of the checkpoint written after `step` steps."""
+    return f"step_{step:06d}"
+
+
+# --- the NaN rule ---------------------------------------------------------------------------
+
+NON_FINITE = {"nan": math.nan, "inf": math.inf, "+inf": math.inf, "-inf": -math.inf,
+              "infinity": math.inf, "+infinity": math.inf, "-infinity": -math.inf}
+
+
+def encode(value):
+    """A value as written: a non-finite float as its string."""
     if isinstance(value, float) and not math.isfinite(value):
-        return str(value)  # JSON has no NaN/inf; keep them visible rather than dropping the row
+        return str(value)
     return value
 
 
-def read_metrics(run_dir: Path) -> list[dict]:
-    """The file's rows as written (RunLog's resume rewrites them so); readers want `read_steps`."""
-    path = Path(run_dir) / METRICS_FILE
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                break  # a line cut short by a kill: everything before it is intact
-    return rows
-
-
-# How every reader sees a run (`ragen2 plot`, `audit`, `bench report`), whichever engine wrote it.
-NON_FINITE = {"nan": math.nan, "inf": math.inf, "+inf": math.inf, "-inf": -math.inf,
-              "infinity": math.inf, "+infinity": math.inf, "-infinity": -math.inf}
-EVAL_PREFIXES = ("val/", "openrlhf/")  # the only keys of the OpenRLHF writer's evaluation rows
+def decode(value):
+    """A value as read: a written non-finite number (any spelling) back as the float."""
+    return NON_FINITE.get(value.strip().lower(), value) if isinstance(value, str) else value
 
 
 def finite(value) -> float | None:
@@ -50,32 +80,151 @@ def finite(value) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
+# --- writers --------------------------------------------------------------------------------
+
+
+def _jsonl_rows(path: Path) -> list[dict]:
+    rows = []
+    for line in path.read_text().splitlines() if path.exists() else []:
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                break  # a line cut short by a kill: everything before it is intact
+    return rows
+
+
+class MetricsFile:
+    """metrics.jsonl: one line per row, flushed as it is written.
+
+    `resume_step=None` appends to what is there (the file is made on the first row); a number
+    first drops the rows of steps at or after it (a resumed run redoes those steps)."""
+
+    def __init__(self, run_dir: Path, resume_step: int | None = None):
+        self.path = Path(run_dir) / METRICS_FILE
+        self._file = None
+        if resume_step is not None:
+            kept = [row for row in read_metrics(run_dir) if row.get("step", 0) < resume_step]
+            self._file = self.path.open("w")
+            for row in kept:
+                self.write(row)
+
+    def write(self, row: dict) -> None:
+        if self._file is None:
+            self._file = self.path.open("a")
+        self._file.write(json.dumps({key: encode(value) for key, value in row.items()}) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+
+
+class CompletionsLog:
+    """completions.jsonl: appended and flushed per step; on resume, lines of steps at or after the
+    checkpoint's are dropped first (those steps are redone and write them again)."""
+
+    def __init__(self, run_dir: Path, resume_step: int = 0):
+        self.path = Path(run_dir) / COMPLETIONS_FILE
+        self._file = None
+        if self.path.exists():
+            kept = []
+            for line in self.path.read_text().splitlines():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    break  # a line cut short by a kill: everything before it is intact
+                if row.get("step", 0) < resume_step:
+                    kept.append(line)
+            self.path.write_text("".join(line + "\n" for line in kept))
+
+    def write(self, step: int, records: list[dict]) -> None:
+        if not records:
+            return
+        if self._file is None:  # created on the first record: log_completions=0 leaves no file
+            self._file = self.path.open("a")
+        for record in records:
+            self._file.write(json.dumps({"step": step, **record}) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+
+
+def write_config(run_dir: Path, cfg) -> None:
+    (Path(run_dir) / CONFIG_FILE).write_text(cfg.to_yaml())
+
+
+def summary(steps: list[dict], *, run_dir: Path, engine: str, stop_reason: str | None, wall_s: float,
+            num_steps: int | None = None, steps_skipped: int | None = None, **extra) -> dict:
+    """summary.json's content, from a run's step rows (`steps_of`'s shape), for either engine.
+
+    The counts default to the rows'; an engine that keeps its own (the OpenRLHF controller's skip
+    ledger) passes them. Validation success is None where only a reward was measured (OpenRLHF's
+    evaluator): a reward is not passed off as a success. `extra` is engine-specific and goes last.
+    """
+    num_steps = len(steps) if num_steps is None else num_steps
+    if steps_skipped is None:
+        steps_skipped = sum(1 for r in steps if r.get("snr/skipped"))
+    rollouts = [r for r in steps if "rollout/reward_mean" in r]
+    first, last = (rollouts[0], rollouts[-1]) if rollouts else ({}, {})
+    success = [finite(r.get("val/success_rate")) for r in steps]
+    success = [v for v in success if v is not None]  # a NaN one is no best
+    reward = [finite(r.get("val/reward_mean")) for r in steps]
+    reward = [v for v in reward if v is not None]
+    return {
+        "run_dir": str(run_dir), "engine": engine,
+        "steps": num_steps, "steps_skipped": steps_skipped, "steps_trained": num_steps - steps_skipped,
+        "stop_reason": stop_reason,
+        "first_reward_mean": first.get("rollout/reward_mean"), "last_reward_mean": last.get("rollout/reward_mean"),
+        "first_success_rate": first.get("rollout/success_rate"), "last_success_rate": last.get("rollout/success_rate"),
+        "final_val_success_rate": success[-1] if success else None,
+        "best_val_success_rate": max(success) if success else None,
+        "final_val_reward_mean": reward[-1] if reward else None,
+        "best_val_reward_mean": max(reward) if reward else None,
+        "wall_s_this_session": round(wall_s, 1),
+        **extra,
+    }
+
+
+def write_summary(run_dir: Path, content: dict) -> None:
+    (Path(run_dir) / SUMMARY_FILE).write_text(json.dumps({k: encode(v) for k, v in content.items()}, indent=1))
+
+
+# --- readers --------------------------------------------------------------------------------
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    """The file's rows as written, in file order (non-finite values still strings); readers want `read_steps`."""
+    return _jsonl_rows(Path(run_dir) / METRICS_FILE)
+
+
+EVAL_PREFIXES = ("val/", "openrlhf/")  # the only keys of the OpenRLHF writer's evaluation rows
+
+
 def _is_eval_row(row: dict) -> bool:
     keys = [key for key in row if key != "step"]
     return bool(keys) and all(key.startswith(EVAL_PREFIXES) for key in keys)
 
 
-def read_steps(run_dir: Path) -> list[dict]:
+def steps_of(rows: list[dict]) -> list[dict]:
     """One row per training step, in step order, as the local engine writes them.
 
     The local engine puts a step's validation (`val/...`) in that step's row; the OpenRLHF
-    writer (engines/openrlhf/run_files.py) appends it as a row of its own with the same `step`,
-    after the step's row: here it is merged into that row, so no reader counts it as a step.
-    An evaluation with no training row of its step (one run before the first step) is left out,
-    as the local engine has no such validation. A later training row for a step already read
-    replaces it and its evaluation (an appended log of a resumed run redoes steps).
-    NaN/inf read as float NaN/inf however they were logged (the local writer writes strings,
-    JSON allows bare NaN), so every reader filters them alike (`finite`); the gradient-norm
-    alarm still sees an inf.
+    engine appends it as a row of its own with the same `step`, after the step's row: here it is
+    merged into that row, so no reader counts it as a step. An evaluation with no training row of
+    its step (one run before the first step) is left out, as the local engine has no such
+    validation. A later training row for a step already read replaces it and its evaluation (an
+    appended log of a resumed run redoes steps). Non-finite values come back as floats (`decode`).
     """
     steps: dict[int, dict] = {}
     pending_eval: dict[int, dict] = {}
-    for raw in read_metrics(run_dir):
+    for raw in rows:
         step = raw.get("step")
         if isinstance(step, bool) or not isinstance(step, int):
             continue  # not a step row: nothing any writer produces
-        row = {key: NON_FINITE.get(value.strip().lower(), value) if isinstance(value, str) else value
-               for key, value in raw.items()}
+        row = {key: decode(value) for key, value in raw.items()}
         if _is_eval_row(row):
             if step in steps:
                 steps[step].update(row)
@@ -86,6 +235,46 @@ def read_steps(run_dir: Path) -> list[dict]:
     return [steps[step] for step in sorted(steps)]
 
 
+def read_steps(run_dir: Path) -> list[dict]:
+    """How every reader sees a run's metrics (`ragen2 plot`, `audit`, `bench`), whichever engine wrote it."""
+    return steps_of(read_metrics(run_dir))
+
+
+def read_events(run_dir: Path) -> list[dict]:
+    """events.jsonl's events; a line cut short by a kill is skipped."""
+    path = Path(run_dir) / EVENTS_FILE
+    events = []
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        try:
+            events.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return events
+
+
+def read_completions(run_dir: Path) -> list[dict]:
+    return _jsonl_rows(Path(run_dir) / COMPLETIONS_FILE)
+
+
+def read_config(run_dir: Path) -> dict | None:
+    """config.yaml as plain data, or None where the folder has none (not a run directory)."""
+    path = Path(run_dir) / CONFIG_FILE
+    return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else None
+
+
+def read_summary(run_dir: Path) -> dict | None:
+    path = Path(run_dir) / SUMMARY_FILE
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def has_run(run_dir: Path) -> bool:
+    """True when the folder already holds a run's metrics (a new run must not write over them)."""
+    path = Path(run_dir) / METRICS_FILE
+    return path.is_file() and path.stat().st_size > 0
+
+
+# --- the local engine's logger ----------------------------------------------------------------
+
 # The parts of a step's time the step line shows (seconds; the step total includes them all).
 STEP_PARTS = (("rollout", "time/rollout_s"), ("probe", "probe/time_s"), ("grad", "grad_prefilter/time_s"),
               ("old-logp", "time/old_log_probs_s"), ("ref", "time/ref_log_probs_s"), ("values", "time/values_s"),
@@ -93,6 +282,9 @@ STEP_PARTS = (("rollout", "time/rollout_s"), ("probe", "probe/time_s"), ("grad",
 
 
 class RunLog:
+    """The local engine's writer: metrics, completions and events files, wandb and TensorBoard when
+    asked for, and a one-line progress display."""
+
     def __init__(self, run_dir: Path, total_steps: int, config_dict: dict, *, resume_step: int = 0,
                  use_wandb: bool = False, use_tensorboard: bool = False, quiet: bool = False,
                  print_completions: bool = False):
@@ -100,42 +292,35 @@ class RunLog:
         self.total_steps = total_steps
         self.quiet = quiet
         self.print_completions = print_completions and not quiet
-        # On resume, drop rows past the checkpoint: those steps are about to be redone.
-        kept = [row for row in read_metrics(self.run_dir) if row.get("step", 0) < resume_step]
-        self._metrics = (self.run_dir / METRICS_FILE).open("w")
-        for row in kept:
-            self._metrics.write(json.dumps(row) + "\n")
-        self._metrics.flush()
-        self._completions = completions_lib.CompletionsLog(self.run_dir, resume_step)
+        self._metrics = MetricsFile(self.run_dir, resume_step)
+        self._completions = CompletionsLog(self.run_dir, resume_step)
         self._events = (self.run_dir / EVENTS_FILE).open("a")
         self._wandb = self._tensorboard = None
         if use_wandb:
             self._wandb = self._start_wandb(config_dict)
         if use_tensorboard:
-            try:
+            try:  # optional dependency
                 from torch.utils.tensorboard import SummaryWriter
 
-                self._tensorboard = SummaryWriter(str(self.run_dir / "tensorboard"))
+                self._tensorboard = SummaryWriter(str(self.run_dir / TENSORBOARD_DIR))
             except ImportError:
                 self.event("warning", message="TensorBoard requested but not installed: pip install tensorboard")
         self._started = time.time()
 
     def _start_wandb(self, config_dict: dict):
-        from ragen2 import wandb_log
+        from ragen2 import wandb_log  # it takes its file name from this module
 
         return wandb_log.start(self.run_dir, config_dict, lambda message: self.event("warning", message=message))
 
     def step(self, step: int, metrics: dict, completions: list[dict] = ()) -> None:
         """One step's metrics row, and its recorded completions (ragen2.completions.pick)."""
-        row = {"step": step, **{k: _jsonable(v) for k, v in metrics.items()}}
-        self._metrics.write(json.dumps(row) + "\n")
-        self._metrics.flush()
+        self._metrics.write({"step": step, **metrics})
         self._completions.write(step, list(completions))
         numeric = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
         if self._wandb is not None:
             logged = dict(numeric)
             if completions:  # in the same log call: one wandb step per training step
-                import wandb
+                import wandb  # optional dependency, present once self._wandb is
 
                 logged["completions"] = wandb.Table(columns=completions_lib.TABLE_COLUMNS,
                                                     data=completions_lib.table_rows(step, completions))

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ragen2.config import ConfigError, build_config, load_config
 from ragen2.engines.openrlhf import launch as openrlhf_launch
+from ragen2.run_dir import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, has_run
 
 GROUP_KEYS = ("env", "algo", "filter")  # `env=frozen_lake` picks a preset; `env.name=…` sets a key
 
@@ -67,9 +68,9 @@ def compose(args):
 
     if args.resume:
         run_dir = Path(args.resume)
-        saved = run_dir / "config.yaml"
+        saved = run_dir / CONFIG_FILE
         if not saved.is_file():
-            raise ConfigError(f"--resume {run_dir}: no config.yaml there (is it a run directory?)")
+            raise ConfigError(f"--resume {run_dir}: no {CONFIG_FILE} there (is it a run directory?)")
         if any(presets.values()) or args.config:
             raise ConfigError("--resume continues a run with its saved config; presets cannot change")
         import yaml
@@ -139,7 +140,7 @@ def preflight(cfg, run_dir: Path, resume: bool, dry_run: bool = False) -> None:
             parent.mkdir(parents=True, exist_ok=True)
         except OSError as error:
             raise ConfigError(f"trainer.out: cannot create {parent}: {error.strerror or error}") from None
-    if not resume and (run_dir / "metrics.jsonl").is_file() and (run_dir / "metrics.jsonl").stat().st_size:
+    if not resume and has_run(run_dir):
         raise ConfigError(f"{run_dir} already holds a run; continue it with --resume {run_dir}, "
                           "or pick another trainer.run_name")
 
@@ -213,7 +214,7 @@ def print_summary(summary: dict) -> None:
     lines = [
         "",
         f"results: {run_dir}",
-        f"  metrics  {run_dir}/metrics.jsonl   summary {run_dir}/summary.json   config {run_dir}/config.yaml",
+        f"  metrics  {run_dir}/{METRICS_FILE}   summary {run_dir}/{SUMMARY_FILE}   config {run_dir}/{CONFIG_FILE}",
         f"  steps {summary['steps']} (trained {summary['steps_trained']}, skipped {summary['steps_skipped']})"
         + (f", stopped: {summary['stop_reason']}" if summary["stop_reason"] else ""),
         f"  reward  {_fmt(summary['first_reward_mean'])} → {_fmt(summary['last_reward_mean'])}   "

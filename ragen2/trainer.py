@@ -14,7 +14,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 
 import envs
@@ -31,9 +30,9 @@ from ragen2.interrupts import Interrupts, StepAbandoned, restore_rng, rng_snapsh
 from ragen2.progress import LiveLine
 from ragen2.rollout import RolloutBatch, evaluate, rollout
 from ragen2.rollout.batch import adjusted_rows, ragen_size_divisor
-from ragen2.run_dir import RunLog, finite
-
-VALIDATION_STREAM = 987_654_321  # seeds validation instances apart from training ones
+from ragen2.run_dir import RunLog, checkpoint_name, read_steps, write_config, write_summary
+from ragen2.run_dir import summary as run_summary
+from ragen2.seeding import step_seeds, validation_sampling_seed, validation_seeds
 
 
 @dataclass
@@ -74,17 +73,6 @@ def env_factory(cfg: Config, name: str | None = None):
     entry = envs.spec(name or cfg.env.name)
     env_config = entry.make_config(**(cfg.env.overrides if name is None else {}))
     return lambda: entry.env_cls(env_config)
-
-
-def step_seeds(cfg: Config, step: int) -> list[int]:
-    """The P instance seeds of a step: a pure function of (trainer.seed, step)."""
-    rng = np.random.default_rng([cfg.trainer.seed, step])
-    return [int(s) for s in rng.integers(0, 2**31 - 1, size=cfg.rollout.num_groups)]
-
-
-def validation_seeds(cfg: Config) -> list[int]:
-    rng = np.random.default_rng([cfg.trainer.seed, VALIDATION_STREAM])
-    return [int(s) for s in rng.integers(0, 2**31 - 1, size=cfg.trainer.val_groups)]
 
 
 def group_rewards(batch: RolloutBatch) -> torch.Tensor:
@@ -223,7 +211,7 @@ def update_on(run: Run, batch: RolloutBatch, selection, timer: Timer) -> dict:
 def validate(run: Run) -> dict:
     cfg = run.cfg
     started = time.perf_counter()
-    generator = torch.Generator().manual_seed(cfg.trainer.seed + VALIDATION_STREAM)
+    generator = torch.Generator().manual_seed(validation_sampling_seed(cfg))
     metrics = evaluate(run.models.policy, run.models.tokenizer, env_factory(cfg, cfg.env.val_name),
                        validation_seeds(cfg), rollout_config(cfg, cfg.trainer.val_temperature), generator,
                        progress=run.live.rollout("validation"))
@@ -300,7 +288,7 @@ def setup(cfg: Config, run_dir: Path, resume: bool = False, quiet: bool = False,
             warn(f"warning: the checkpoint was written with {recorded} torch threads, this run uses "
                  f"{cfg.trainer.num_threads}: steps from here will not repeat an uninterrupted run bit for bit")
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(cfg.to_yaml())
+    write_config(run_dir, cfg)
     run.log = RunLog(run_dir, cfg.trainer.total_steps, json.loads(cfg.model_dump_json()),
                      resume_step=resume_step, use_wandb=cfg.trainer.wandb,
                      use_tensorboard=cfg.trainer.tensorboard, quiet=quiet,
@@ -355,9 +343,8 @@ def _train_loop(run: Run) -> dict:
             break
     if stop_reason == "interrupted" or run.interrupts.requested:
         return _interrupted(run, started)
-    rows = [r for r in _read_rows(run)]
-    summary = summarise(rows, stop_reason, time.time() - started, run)
-    (run.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    summary = summarise(read_steps(run.run_dir), stop_reason, time.time() - started, run)
+    write_summary(run.run_dir, summary)
     run.log.close()
     return summary
 
@@ -377,7 +364,7 @@ def _watch_validation(run: Run, metrics: dict) -> bool:
 def _interrupted(run: Run, started: float) -> dict:
     """Stop on a signal: make sure the last completed step is on disk, then say how to continue."""
     latest = ckpt.latest_checkpoint(run.run_dir)
-    if run.step > 0 and (latest is None or latest.name != f"step_{run.step:06d}"):
+    if run.step > 0 and (latest is None or latest.name != checkpoint_name(run.step)):
         save(run)  # the step in progress was abandoned: models and RNG are as the last one left them
         latest = ckpt.latest_checkpoint(run.run_dir)
     resume = f"ragen2 train --resume {run.run_dir}"
@@ -387,35 +374,15 @@ def _interrupted(run: Run, started: float) -> dict:
         message = f"{run.interrupts.signal_name}: stopped after step {run.step}; continue with: {resume}"
     run.log.event("stop", reason="interrupted", signal=run.interrupts.signal_name, message=message, step=run.step)
     run.log.close()
-    summary = summarise(_read_rows(run), "interrupted", time.time() - started, run)
+    summary = summarise(read_steps(run.run_dir), "interrupted", time.time() - started, run)
     summary["interrupted"] = run.interrupts.signal_name
     summary["resume_command"] = resume if latest is not None else None
     return summary
 
 
-def _read_rows(run: Run) -> list[dict]:
-    from ragen2.run_dir import read_metrics
-
-    return read_metrics(run.run_dir)
-
-
 def summarise(rows: list[dict], stop_reason, wall_s: float, run: Run) -> dict:
-    trained = [r for r in rows if not r.get("snr/skipped")]
-    val = [r for r in rows if finite(r.get("val/success_rate")) is not None]  # a NaN one is no best
-    first, last = (rows[0], rows[-1]) if rows else ({}, {})
-    return {
-        "run_dir": str(run.run_dir),
-        "steps": len(rows),
-        "steps_skipped": sum(1 for r in rows if r.get("snr/skipped")),
-        "steps_trained": len(trained),
-        "stop_reason": stop_reason,
-        "first_reward_mean": first.get("rollout/reward_mean"),
-        "last_reward_mean": last.get("rollout/reward_mean"),
-        "first_success_rate": first.get("rollout/success_rate"),
-        "last_success_rate": last.get("rollout/success_rate"),
-        "final_val_success_rate": val[-1]["val/success_rate"] if val else None,
-        "best_val_success_rate": max(r["val/success_rate"] for r in val) if val else None,
-        "nonfinite_skips": run.nonfinite_skips,
-        "wall_s_this_session": round(wall_s, 1),
-        "config": dataclasses.asdict(run.filter_config) | {"algo": run.cfg.algo.name, "env": run.cfg.env.name},
-    }
+    """summary.json (ragen2.run_dir's schema), with what only this engine counts."""
+    return run_summary(rows, run_dir=run.run_dir, engine="local", stop_reason=stop_reason, wall_s=wall_s,
+                       nonfinite_skips=run.nonfinite_skips,
+                       config=dataclasses.asdict(run.filter_config) | {"algo": run.cfg.algo.name,
+                                                                        "env": run.cfg.env.name})

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import netrc
 import os
+import secrets
 from pathlib import Path
 
-RUN_ID_FILE = "wandb_run_id"
+from ragen2.run_dir import WANDB_RUN_ID_FILE as RUN_ID_FILE
 
 
 def _logged_in() -> bool:
@@ -32,8 +33,6 @@ def init_kwargs(run_dir: Path, config_dict: dict, trainer: dict) -> dict:
     if id_file.is_file():
         run_id = id_file.read_text().strip()
     else:
-        import secrets
-
         run_id = secrets.token_hex(4)
         id_file.write_text(run_id + "\n")
     kwargs = {"project": os.environ.get("WANDB_PROJECT") or trainer.get("wandb_project") or "ragen2",
@@ -47,7 +46,7 @@ def init_kwargs(run_dir: Path, config_dict: dict, trainer: dict) -> dict:
 
 def start(run_dir: Path, config_dict: dict, warn):
     """A wandb run, or None (with a warning) where wandb is not installed."""
-    try:
+    try:  # optional dependency
         import wandb
     except ImportError:
         warn("wandb requested but not installed: pip install wandb")

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from ragen2.config import ConfigError, load_config  # noqa: E402
-from ragen2.run_dir import read_metrics  # noqa: E402
+from ragen2.run_dir import CONFIG_FILE, SUMMARY_FILE, checkpoints_dir, read_metrics, read_summary  # noqa: E402
 
 KEYS = {"name": str, "out": str, "docs": str, "algo": (str, type(None)), "env": (str, type(None)),
         "filters": list, "seeds": list, "overrides": list, "keep_checkpoints": bool}
@@ -78,12 +78,12 @@ def run_dir_of(cfg) -> Path:
 
 def is_finished(cfg) -> bool:
     folder = run_dir_of(cfg)
-    saved = folder / "config.yaml"
+    saved = folder / CONFIG_FILE
     if not saved.exists():
         return False
     if saved.read_text() != cfg.to_yaml():
         raise ExperimentError(f"{folder} holds a run with another config: delete it, or change `out`")
-    return (folder / "summary.json").exists()
+    return (folder / SUMMARY_FILE).exists()
 
 
 # --- running -------------------------------------------------------------------------------
@@ -100,7 +100,7 @@ def validation_before(exp: dict, seed: int, run) -> dict:
 
 
 def run_one(exp: dict, cfg, seed: int) -> None:
-    from ragen2 import checkpoint, trainer
+    from ragen2 import trainer
 
     folder = run_dir_of(cfg)
     started = time.time()
@@ -112,7 +112,7 @@ def run_one(exp: dict, cfg, seed: int) -> None:
     before = json.loads(wall_path.read_text())["wall_s"] if wall_path.exists() else 0.0
     wall_path.write_text(json.dumps({"wall_s": before + time.time() - started}))
     if not exp["keep_checkpoints"]:
-        shutil.rmtree(checkpoint.checkpoint_dir(folder), ignore_errors=True)
+        shutil.rmtree(checkpoints_dir(folder), ignore_errors=True)
 
 
 # --- collecting ----------------------------------------------------------------------------
@@ -121,7 +121,7 @@ def run_one(exp: dict, cfg, seed: int) -> None:
 def collect(exp: dict, cfg, filter_name: str, seed: int) -> dict:
     folder = run_dir_of(cfg)
     rows = read_metrics(folder)
-    summary = json.loads((folder / "summary.json").read_text())
+    summary = read_summary(folder)
     before = json.loads((Path(exp["out"]) / VAL_BEFORE.format(seed=seed)).read_text())
     per_step = cfg.rollout.num_groups * cfg.rollout.group_size
     val = [(0, before["val/success_rate"])] + [(r["step"] + 1, r["val/success_rate"]) for r in rows

@@ -18,7 +18,7 @@ from ragen2.cli import main
 from ragen2.config import build_config
 from ragen2.rollout import RolloutConfig, rollout
 from ragen2.rollout.tiny import ScriptedPolicy, tiny_tokenizer
-from ragen2.run_dir import RunLog, read_metrics
+from ragen2.run_dir import RunLog, read_completions, read_metrics
 from ragen2.train_cli import compose
 
 TINY = ["rollout.num_groups=2", "rollout.group_size=2", "rollout.max_new_tokens=6", "trainer.val_groups=2",
@@ -87,7 +87,7 @@ def test_training_records_the_configured_count_with_the_batchs_rewards(tiny_mode
     assert main(["train", "--show-completions", "--model", str(tiny_model_dir), "--out", str(tmp_path),
                  "--steps", "2", "trainer.run_name=shown", "trainer.log_completions=3", *TINY]) == 0
     err = capsys.readouterr().err
-    records = comp.read_completions(tmp_path / "shown")
+    records = read_completions(tmp_path / "shown")
     cfg = build_config(yaml.safe_load((tmp_path / "shown" / "config.yaml").read_text()))
     assert [r["step"] for r in records] == [0, 0, 0, 1, 1, 1]
     for step, batch in enumerate(captured_batches[:2]):  # [2] is validation's
@@ -127,7 +127,7 @@ def test_resume_drops_the_redone_steps_lines_and_writes_them_again(tiny_model_di
         handle.write('{"step": 1, "gro')  # and mid-line
     assert main(["train", "--quiet", "--resume", str(run)]) == 0
     assert (run / "completions.jsonl").read_text() == before  # step 1 redone bit for bit, once
-    assert [r["step"] for r in comp.read_completions(run)] == [0, 0, 1, 1]
+    assert [r["step"] for r in read_completions(run)] == [0, 0, 1, 1]
 
 
 def test_console_only_when_asked_and_never_under_quiet(tmp_path, capsys):
@@ -144,7 +144,7 @@ def test_console_only_when_asked_and_never_under_quiet(tmp_path, capsys):
         err = capsys.readouterr().err
         assert ("[best] group 1 member 0 seed 7 | reward +0.900 | success yes" in err) == shown, name
         assert ("turn 1 (ok, +0.90): <answer>Left</answer>" in err) == shown
-        assert comp.read_completions(tmp_path / name) == [{"step": 0, **record}]  # the file either way
+        assert read_completions(tmp_path / name) == [{"step": 0, **record}]  # the file either way
 
 
 def test_the_show_completions_flag_sets_the_config_key(tmp_path):
@@ -239,5 +239,5 @@ def test_openrlhf_samples_give_the_same_records_from_their_tokens(tmp_path):
     files = RunFiles(tmp_path)
     files.log_completions(3, records)
     files.finish(4, 0, None)
-    assert comp.read_completions(tmp_path) == [{"step": 3, **r} for r in records]
+    assert read_completions(tmp_path) == [{"step": 3, **r} for r in records]
     assert "turn 1 (ok, n/a)" in comp.console_text(records)

@@ -19,7 +19,7 @@ import envs
 from envs import registry
 from envs.base import ActionOutcome, EnvConfig, TextEnv
 from envs.parsing import ParsedResponse
-from ragen2 import trainer
+from ragen2 import seeding, trainer
 from ragen2.cli import main
 from ragen2.config import load_config
 from ragen2.engines import local
@@ -76,7 +76,7 @@ def expected_rewards(step: int) -> list[list[float]]:
     """[P][G] rewards of a step, from the env alone (instance seeds as the trainer draws them)."""
     cfg = load_config(filter="none", overrides=SETTINGS)
     rewards = []
-    for seed in trainer.step_seeds(cfg, step):
+    for seed in seeding.step_seeds(cfg, step):
         row = []
         for member in range(GROUP_SIZE):
             env = envs.make(ENV_NAME)

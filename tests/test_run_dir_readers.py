@@ -1,6 +1,7 @@
 """Engine parity of the run-directory readers: `ragen2 plot`, `ragen2 audit` and `ragen2 bench
 report` read a run written by the OpenRLHF controller's writer (evaluations as rows of their own)
-exactly as one written by the local engine's RunLog (validation inside the step's row)."""
+exactly as one written by the local engine's RunLog (validation inside the step's row); one NaN
+rule, one summary schema, and files cut short by a kill."""
 
 import json
 import math
@@ -14,6 +15,7 @@ from ragen2.bench.plots import series as bench_series
 from ragen2.bench.report import cell_result
 from ragen2.bench.runner import steps_logged
 from ragen2.engines.openrlhf.run_files import RunFiles, eval_row, numeric
+from ragen2 import run_dir
 from ragen2.run_dir import RunLog, finite, read_metrics, read_steps
 
 # Three rollout steps (0-based 0, 1, 2), the middle one skipped by the filter; evaluations after
@@ -160,3 +162,85 @@ def test_read_steps_rules_resume_redo_early_eval_and_non_finite(tmp_path):
     row = read_steps(tmp_path)[0]
     assert row["actor/grad_norm"] == math.inf and finite(row["actor/grad_norm"]) is None and finite(row["x"]) is None
     assert numeric({"a": float("inf"), "b": 1}) == {"b": 1.0}  # the OpenRLHF writer drops what finite() ignores
+
+
+def test_one_summary_schema_for_both_engines(runs):
+    orl, local = runs
+    written = json.loads((orl / run_dir.SUMMARY_FILE).read_text())  # the controller's, from its own rows
+    rebuilt = run_dir.summary(read_steps(local), run_dir=local, engine="local", stop_reason=None, wall_s=1.0)
+    assert list(written) == list(rebuilt)  # the same keys in the same order
+    differ = {"run_dir", "engine", "wall_s_this_session"}
+    assert {k: v for k, v in written.items() if k not in differ} == {k: v for k, v in rebuilt.items() if k not in differ}
+    assert (written["steps"], written["steps_trained"], written["steps_skipped"]) == (3, 2, 1)
+    assert (written["first_reward_mean"], written["last_reward_mean"]) == (0.1, 0.4)
+    assert (written["final_val_reward_mean"], written["best_val_reward_mean"]) == (0.5, 0.5)
+    assert written["final_val_success_rate"] is None  # OpenRLHF's evaluator measures reward, not success
+    assert run_dir.read_summary(orl) == written and run_dir.read_summary(orl / "missing") is None
+
+
+def test_the_local_summary_adds_its_own_counts_after_the_schema(tmp_path):
+    rows = [{"step": 0, "rollout/reward_mean": 0.2, "val/success_rate": 0.5, "val/reward_mean": 0.1},
+            {"step": 1, "rollout/reward_mean": 0.3, "snr/skipped": 1.0, "val/success_rate": float("nan")}]
+    out = run_dir.summary(rows, run_dir=tmp_path, engine="local", stop_reason="x", wall_s=2.04, nonfinite_skips=3)
+    assert (out["steps"], out["steps_skipped"], out["steps_trained"]) == (2, 1, 1)
+    assert (out["final_val_success_rate"], out["best_val_success_rate"]) == (0.5, 0.5)  # a NaN one is no best
+    assert out["wall_s_this_session"] == 2.0 and list(out)[-1] == "nonfinite_skips"
+
+
+def test_non_finite_values_are_written_as_strings_and_read_back_as_floats(tmp_path):
+    metrics = run_dir.MetricsFile(tmp_path)
+    metrics.write({"step": 0, "a": float("nan"), "b": float("inf"), "c": -float("inf"), "d": 1.5, "e": "text"})
+    metrics.close()
+    assert json.loads((tmp_path / run_dir.METRICS_FILE).read_text()) == {
+        "step": 0, "a": "nan", "b": "inf", "c": "-inf", "d": 1.5, "e": "text"}  # valid JSON, nothing dropped
+    row = read_steps(tmp_path)[0]
+    assert math.isnan(row["a"]) and row["b"] == math.inf and row["c"] == -math.inf and row["e"] == "text"
+    assert [finite(row[k]) for k in "abcde"] == [None, None, None, 1.5, None]
+    run_dir.write_summary(tmp_path, {"first_reward_mean": float("nan"), "steps": 1})
+    assert json.loads((tmp_path / run_dir.SUMMARY_FILE).read_text()) == {"first_reward_mean": "nan", "steps": 1}
+    # the same rule whoever spelled it: bare NaN (JSON extension) and other spellings read as floats
+    (tmp_path / run_dir.METRICS_FILE).write_text('{"step": 0, "a": NaN, "b": " -Infinity", "c": "+inf"}\n')
+    row = read_steps(tmp_path)[0]
+    assert math.isnan(row["a"]) and row["b"] == -math.inf and row["c"] == math.inf
+
+
+def test_a_resumed_run_keeps_the_rows_before_its_checkpoint_and_the_controller_appends(tmp_path):
+    first = run_dir.MetricsFile(tmp_path)
+    for step in range(3):
+        first.write({"step": step, "x": float(step)})
+    first.close()
+    resumed = run_dir.MetricsFile(tmp_path, resume_step=2)  # steps 2 and later are redone
+    resumed.write({"step": 2, "x": 20.0})
+    resumed.close()
+    assert [(r["step"], r["x"]) for r in read_metrics(tmp_path)] == [(0, 0.0), (1, 1.0), (2, 20.0)]
+    appended = run_dir.MetricsFile(tmp_path)  # no resume step: appends (the OpenRLHF controller)
+    appended.close()  # and writes nothing until a row comes
+    assert len(read_metrics(tmp_path)) == 3
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    run_dir.MetricsFile(fresh).close()
+    assert not (fresh / run_dir.METRICS_FILE).exists() and not run_dir.has_run(fresh)
+
+
+def test_every_reader_stops_at_a_line_cut_short_by_a_kill(tmp_path):
+    (tmp_path / run_dir.METRICS_FILE).write_text('{"step": 0, "x": 1}\n{"step": 1, "x"')
+    (tmp_path / run_dir.EVENTS_FILE).write_text('{"kind": "stop", "step": 0}\n{"kind": "al')
+    (tmp_path / run_dir.COMPLETIONS_FILE).write_text('{"step": 0, "rank": "best"}\n{"step": 0, "ra')
+    assert read_steps(tmp_path) == [{"step": 0, "x": 1}]
+    assert run_dir.read_events(tmp_path) == [{"kind": "stop", "step": 0}]
+    assert run_dir.read_completions(tmp_path) == [{"step": 0, "rank": "best"}]
+    assert run_dir.has_run(tmp_path)
+    log = run_dir.CompletionsLog(tmp_path, resume_step=1)  # a resume drops the cut line and keeps step 0
+    log.write(1, [{"rank": "worst"}])
+    log.close()
+    assert [r["rank"] for r in run_dir.read_completions(tmp_path)] == ["best", "worst"]
+
+
+def test_config_file_round_trip(tmp_path):
+    from ragen2.config import load_config
+
+    cfg = load_config()
+    run_dir.write_config(tmp_path, cfg)
+    assert (tmp_path / run_dir.CONFIG_FILE).read_text() == cfg.to_yaml()
+    assert run_dir.read_config(tmp_path)["trainer"]["seed"] == cfg.trainer.seed
+    assert run_dir.read_config(tmp_path / "missing") is None

@@ -9,7 +9,7 @@ import pytest
 
 from ragen2 import wandb_log
 from ragen2.cli import main
-from ragen2.completions import read_completions
+from ragen2.run_dir import read_completions
 from ragen2.run_dir import read_metrics
 
 TINY = ["rollout.num_groups=2", "rollout.group_size=2", "rollout.max_new_tokens=6", "trainer.val_groups=2",

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import matplotlib
+import matplotlib.pyplot as plt
+from matplotlib.ticker import MaxNLocator
+
 from ragen2.run_dir import finite, read_steps
 
 PANELS = (  # (metric key, title)
@@ -26,12 +30,7 @@ def series(rows: list[dict], key: str) -> dict[int, float]:
 
 
 def plot_envs(folder: Path, cells: list[dict], results: list[dict]) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
-
+    matplotlib.use("Agg")  # PNGs only, on any machine; chosen when drawing, not for whoever imports this
     folder.mkdir(parents=True, exist_ok=True)
     done = {r["name"] for r in results if r["status"] == "done"}
     several_matrices = len({c["matrix"] for c in cells}) > 1

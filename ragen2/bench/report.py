@@ -22,9 +22,10 @@ import math
 import shutil
 from pathlib import Path
 
+from ragen2.bench.plots import plot_envs
 from ragen2.bench.published import PUBLISHED, published_value
 from ragen2.bench.runner import read_manifest, read_state
-from ragen2.run_dir import finite, read_steps
+from ragen2.run_dir import finite, read_steps, read_summary
 
 COLUMNS = ("name", "matrix", "env", "algo", "filter", "variant", "treatment", "row", "model", "seed", "status",
            "reason",
@@ -46,14 +47,13 @@ def cell_result(cell: dict) -> dict:
     row = {key: cell.get(key) for key in ("name", "matrix", "env", "algo", "filter", "variant", "treatment", "row",
                                           "model", "seed", "run_dir")}
     row.update({key: None for key in COLUMNS if key not in row})
-    summary_path = run_dir / "summary.json"
-    if not summary_path.is_file():
+    summary = read_summary(run_dir)
+    if summary is None:
         row["status"] = state.get("status", "not run")
         if row["status"] == "running":  # no live process writes here: the last bench stopped mid-cell
             row["status"] = "unfinished"
         row["reason"] = state.get("reason")
         return row
-    summary = json.loads(summary_path.read_text())
     rows = read_steps(run_dir)
     # The last validated step: by success where measured, by reward for OpenRLHF's evaluator (no success rate)
     val = [r for r in rows if any(finite(r.get(key)) is not None for key in ("val/success_rate", "val/reward_mean"))]
@@ -221,8 +221,6 @@ def build_report(out: Path, with_plots: bool = True) -> dict:
                        for k, v in stats.items()]}, indent=1))
     plots = []
     if with_plots and any(r["status"] == "done" for r in results):
-        from ragen2.bench.plots import plot_envs
-
         plots = plot_envs(out / "plots", manifest["cells"], results)
     report = out / "report.md"
     report.write_text(markdown(manifest, results, stats, plots))

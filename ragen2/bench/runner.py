@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Callable
 
 from ragen2.bench.suite import Cell, Suite, SuiteError, config_difference, key_settings
-from ragen2.bench.worker import ERROR_FILE
-from ragen2.run_dir import read_steps
+from ragen2.bench.worker import ERROR_FILE, run_cell
+from ragen2.run_dir import CONFIG_FILE, SUMMARY_FILE, checkpoints_dir, read_steps, read_summary, write_config
 
 MANIFEST = "bench.json"
 CELL_STATE = "bench_cell.json"
@@ -43,7 +43,7 @@ class CellFailed(RuntimeError):
 
 
 def is_done(run_dir: Path) -> bool:
-    return (Path(run_dir) / "summary.json").is_file()
+    return (Path(run_dir) / SUMMARY_FILE).is_file()
 
 
 def read_state(run_dir: Path) -> dict:
@@ -77,7 +77,7 @@ def check_resumable(cells: list[Cell]) -> None:
     """
     problems = []
     for cell in cells:
-        saved = cell.run_dir / "config.yaml"
+        saved = cell.run_dir / CONFIG_FILE
         if saved.is_file() and saved.read_text() != cell.config.to_yaml():
             # Where the folder is named from (a relative or absolute --out) does not change the run.
             keys = [k for k in config_difference(saved.read_text(), cell.config) if k not in LOCATION_KEYS
@@ -155,17 +155,15 @@ def subprocess_cell(cell: Cell, on_progress: Callable[[str], None], engine: str 
 
 def in_process_cell(cell: Cell, on_progress: Callable[[str], None], engine: str = "local",
                     threads: int | None = None, cluster: dict | None = None) -> None:
-    from ragen2.bench.worker import run_cell
-
     if threads:
-        import torch
+        import torch  # here only: the parent of subprocess cells never loads it
 
         torch.set_num_threads(threads)
     run_cell(cell.run_dir, engine, quiet=True, cluster=cluster)
 
 
 def _done_note(run_dir: Path) -> str:
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = read_summary(run_dir)
     value = summary.get("final_val_success_rate")
     note = "" if value is None else f"val success {value:.3f}"
     if summary.get("stop_reason"):
@@ -179,8 +177,6 @@ def run_cells(cells: list[Cell], run_cell: Callable, display, keep_final_checkpo
     Returns {cell name: final status}. KeyboardInterrupt marks the running cell interrupted
     (not failed) and propagates: the next `ragen2 bench` resumes it.
     """
-    from ragen2 import checkpoint
-
     statuses = {}
     for cell in cells:
         if is_done(cell.run_dir):
@@ -191,7 +187,7 @@ def run_cells(cells: list[Cell], run_cell: Callable, display, keep_final_checkpo
         if statuses.get(cell.name) == "done":
             continue
         cell.run_dir.mkdir(parents=True, exist_ok=True)
-        (cell.run_dir / "config.yaml").write_text(cell.config.to_yaml())
+        write_config(cell.run_dir, cell.config)
         state = write_state(cell.run_dir, status="running", attempts=read_state(cell.run_dir).get("attempts", 0) + 1,
                             reason=None)
         display.update(cell.name, status="running", note="")
@@ -203,7 +199,7 @@ def run_cells(cells: list[Cell], run_cell: Callable, display, keep_final_checkpo
         try:
             run_cell(cell, lambda progress: display.update(cell.name, progress=progress))
             if not is_done(cell.run_dir):
-                raise CellFailed("the run ended without writing summary.json")
+                raise CellFailed(f"the run ended without writing {SUMMARY_FILE}")
         except KeyboardInterrupt:
             write_state(cell.run_dir, status="interrupted", wall_s=spent())
             display.update(cell.name, status="interrupted", wall_s=spent())
@@ -217,7 +213,7 @@ def run_cells(cells: list[Cell], run_cell: Callable, display, keep_final_checkpo
             continue
         # Done: the final checkpoint is only needed by `ragen2 eval`, and a 135M one is ~1.5 GB.
         if not keep_final_checkpoint:
-            shutil.rmtree(checkpoint.checkpoint_dir(cell.run_dir), ignore_errors=True)
+            shutil.rmtree(checkpoints_dir(cell.run_dir), ignore_errors=True)
         write_state(cell.run_dir, status="done", reason=None, wall_s=spent())
         display.update(cell.name, status="done", note=_done_note(cell.run_dir), wall_s=spent())
         statuses[cell.name] = "done"

@@ -9,10 +9,15 @@ and exits 1. Output goes wherever the parent points stdout/stderr (RUN_DIR/bench
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 import traceback
+from importlib.util import find_spec
 from pathlib import Path
+
+from ragen2.config import build_config
+from ragen2.run_dir import SUMMARY_FILE, read_config, read_summary
 
 ERROR_FILE = "bench_error.json"
 ENGINES = ("local", "openrlhf")
@@ -23,8 +28,6 @@ class EngineUnavailable(RuntimeError):
 
 
 def _openrlhf_installed() -> bool:
-    from importlib.util import find_spec
-
     return find_spec("openrlhf") is not None  # without importing it (Ray, vLLM, DeepSpeed are heavy)
 
 
@@ -34,8 +37,6 @@ def openrlhf_run():
     Checked in the parent before any cell starts, so a machine without the engine fails once,
     clearly, instead of once per cell.
     """
-    import importlib
-
     try:
         launch = importlib.import_module("ragen2.engines.openrlhf.launch")
     except ImportError as error:
@@ -53,21 +54,17 @@ def run_cell(run_dir: Path, engine: str = "local", quiet: bool = False, cluster:
 
     `cluster` ({"nodes", "gpus_per_node", "vllm_tp"}) goes to the OpenRLHF engine.
     """
-    import yaml
-
-    from ragen2.config import build_config
-
-    cfg = build_config(yaml.safe_load((run_dir / "config.yaml").read_text()))
+    cfg = build_config(read_config(run_dir))
     if engine == "openrlhf":
         options = {"nodes": 1, "gpus_per_node": 8, "vllm_tp": 1, **(cluster or {})}
         status = openrlhf_run()(cfg, run_dir, argparse.Namespace(dry_run=False, **options))
         if status != 0:
             raise RuntimeError(f"the OpenRLHF engine exited with status {status}")
-        summary_path = run_dir / "summary.json"
-        if not summary_path.is_file():  # the report reads summary.json and metrics.jsonl
-            raise RuntimeError("the OpenRLHF run finished without writing summary.json into its run directory")
-        return json.loads(summary_path.read_text())
-    from ragen2 import trainer
+        summary = read_summary(run_dir)
+        if summary is None:  # the report reads it, and the metrics
+            raise RuntimeError(f"the OpenRLHF run finished without writing {SUMMARY_FILE} into its run directory")
+        return summary
+    from ragen2 import trainer  # torch: only in the process that trains (the bench parent imports this module)
 
     run = trainer.setup(cfg, run_dir, resume=True, quiet=quiet)
     return trainer.train(run)
@@ -83,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     (args.run_dir / ERROR_FILE).unlink(missing_ok=True)
     try:
         if args.threads:
-            import torch
+            import torch  # only in the process that trains, as trainer above
 
             torch.set_num_threads(args.threads)
         run_cell(args.run_dir, args.engine, cluster=args.cluster)

@@ -45,7 +45,8 @@ tiny_models = _harness_module("tiny_models")
 
 import snr  # noqa: E402
 import torch  # noqa: E402
-from ragen2.trainer import filter_config, step_seeds, validation_seeds  # noqa: E402
+from ragen2.seeding import step_seeds, validation_seeds  # noqa: E402
+from ragen2.trainer import filter_config  # noqa: E402
 
 # The prompt the Bandit fixture was fine-tuned after (our "explicit" instruction, no word limit),
 # sampled cooler: most replies then close "<think> ... </think>", so every group has reasoning for

@@ -157,7 +157,7 @@ def test_settings_and_datasets_carry_the_filter_and_the_local_engines_seeds():
     assert (settings["total_steps"], settings["val_every"], settings["save_every"]) == (
         3, cfg.trainer.val_every, cfg.trainer.save_every)
     rows = [json.loads(line) for line in plan.files[RUN / "openrlhf/train.jsonl"].splitlines()]
-    from ragen2.trainer import step_seeds
+    from ragen2.seeding import step_seeds
 
     assert [json.loads(r["label"])["seed"] for r in rows] == [s for k in range(3) for s in step_seeds(cfg, k)]
     label = json.loads(rows[0]["label"])

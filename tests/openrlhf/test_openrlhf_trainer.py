@@ -346,7 +346,7 @@ def test_the_controller_writes_the_run_directory_files_the_bench_reads(trainer, 
     assert summary["final_val_success_rate"] is None and summary["final_val_reward_mean"] == 0.3
     assert summary["engine"] == "openrlhf"
     # trainer.log_completions=2: each step's best and worst sample (before the filter), skipped steps too
-    from ragen2.completions import read_completions
+    from ragen2.run_dir import read_completions
 
     recorded = [(r["step"], r["rank"], r["group"], r["member"], r["reward"], r["kept"])
                 for r in read_completions(tmp_path)]

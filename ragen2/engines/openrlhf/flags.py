@@ -13,7 +13,7 @@ One prompt row per env instance: OpenRLHF draws `--rollout.batch_size` rows per 
 `--rollout.n_samples_per_prompt` episodes of each, so a row is one of our groups. The row's label
 carries the episode settings (env, its config, the seed, the per-turn token cap, ...), read by
 `agent.AgentExecutor`; the prompt text is only an id, the executor renders the real prompt
-through the chat template. Seeds are the local engine's (`trainer.step_seeds`), so both engines
+through the chat template. Seeds are the local engine's (`seeding.step_seeds`), so both engines
 meet the same instances in the same steps.
 """
 
@@ -25,8 +25,11 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ragen2.config import Config, ConfigError
+import envs
+from ragen2.config import Config, ConfigError, filter_config, stop_config
 from ragen2.engines.openrlhf import OPENRLHF_VERSION
+from ragen2.run_dir import CHECKPOINTS_DIR, CONFIG_FILE, OPENRLHF_DIR, OPENRLHF_MODEL_DIR, TENSORBOARD_DIR
+from ragen2.seeding import step_seeds, validation_seeds
 
 LAUNCH_MODULE = "ragen2.engines.openrlhf.launch"
 SETTINGS_FLAG = "--ragen2.settings"
@@ -192,8 +195,6 @@ def batch_problems(cfg: Config, cluster: Cluster) -> list[str]:
 
 def prefill_tag(cfg: Config) -> str:
     """The tag that opens every assistant turn in the prompt, as the local rollout writes it."""
-    import envs
-
     require_think = envs.spec(cfg.env.name).make_config(**cfg.env.overrides).require_think
     return "<think>" if require_think else "<answer>"
 
@@ -208,8 +209,6 @@ def episode_label(cfg: Config, env_name: str, overrides: dict, seed: int) -> str
 
 def dataset_rows(cfg: Config, split: str) -> list[dict]:
     """Prompt rows: `train` = total_steps x num_groups instances in step order, `val` = val_groups."""
-    from ragen2.trainer import step_seeds, validation_seeds  # the local engine's seeds, same instances
-
     if split == "train":
         name, overrides = cfg.env.name, cfg.env.overrides
         seeds = [s for step in range(cfg.trainer.total_steps) for s in step_seeds(cfg, step)]
@@ -226,8 +225,6 @@ def dataset_rows(cfg: Config, split: str) -> list[dict]:
 def trainer_settings(cfg: Config, cluster: Cluster, run_dir: Path | None = None) -> dict:
     """What the trainer subclass needs (filter, stop policy, probe, batch unit, where to write the
     run's metrics.jsonl and summary.json), as plain JSON."""
-    from ragen2.trainer import filter_config, stop_config  # the local engine's builders
-
     stop = stop_config(cfg)
     return {
         "version": 1,
@@ -267,7 +264,7 @@ def agent_path() -> Path:
 
 def openrlhf_flags(cfg: Config, cluster: Cluster, run_dir: Path) -> list[str]:
     m, r, a, o, t = cfg.model, cfg.rollout, cfg.algo, cfg.optim, cfg.trainer
-    files = run_dir / "openrlhf"
+    files = run_dir / OPENRLHF_DIR
     gpus = ["--{}.num_nodes", str(cluster.nodes), "--{}.num_gpus_per_node", str(cluster.gpus_per_node)]
 
     def placed(role: str) -> list[str]:
@@ -320,12 +317,12 @@ def openrlhf_flags(cfg: Config, cluster: Cluster, run_dir: Path) -> list[str]:
                   "--ds.lora.dropout", _num(m.lora_dropout)]
     if m.gradient_checkpointing:
         flags += ["--actor.gradient_checkpointing_enable"]
-    flags += ["--ckpt.output_dir", str(run_dir / "model"), "--ckpt.path", str(run_dir / "checkpoints"),
+    flags += ["--ckpt.output_dir", str(run_dir / OPENRLHF_MODEL_DIR), "--ckpt.path", str(run_dir / CHECKPOINTS_DIR),
               "--ckpt.save_steps", str(t.save_every or -1), "--ckpt.max_num", str(t.keep_last),
               "--ckpt.best_metric_key", "none",  # no DeepSpeed "best" checkpoint per improving eval
               "--logger.logging_steps", "1"]
     if t.tensorboard:
-        flags += ["--logger.tensorboard_dir", str(run_dir / "tensorboard")]
+        flags += ["--logger.tensorboard_dir", str(run_dir / TENSORBOARD_DIR)]
     if t.wandb:
         flags += ["--logger.wandb.key", WANDB_KEY_PLACEHOLDER, "--logger.wandb.project", "ragen2",
                   "--logger.wandb.run_name", run_dir.name]
@@ -340,13 +337,13 @@ def plan_launch(cfg: Config, run_dir: Path, cluster: Cluster | None = None, pyth
         raise UnsupportedConfig(f"the OpenRLHF {OPENRLHF_VERSION} engine cannot run this config:\n  "
                                 + "\n  ".join(problems))
     run_dir = Path(run_dir).absolute()  # Ray workers run elsewhere: every path in the flags is absolute
-    files = run_dir / "openrlhf"
+    files = run_dir / OPENRLHF_DIR
     settings = trainer_settings(cfg, cluster, run_dir)
     written = {
         files / "train.jsonl": _jsonl(dataset_rows(cfg, "train")),
         files / "val.jsonl": _jsonl(dataset_rows(cfg, "val")),
         files / "settings.json": json.dumps(settings, indent=2, sort_keys=True) + "\n",
-        run_dir / "config.yaml": cfg.to_yaml(),
+        run_dir / CONFIG_FILE: cfg.to_yaml(),
     }
     command = [python or sys.executable, "-m", LAUNCH_MODULE, SETTINGS_FLAG, str(files / "settings.json"),
                *openrlhf_flags(cfg, cluster, run_dir)]

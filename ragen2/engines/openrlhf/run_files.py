@@ -1,7 +1,6 @@
-"""The run directory files of the local engine (`metrics.jsonl`, `summary.json`,
-`completions.jsonl`), written by the OpenRLHF controller, so that `ragen2 plot`, `ragen2 audit`
-and `ragen2 bench` read runs of either engine. The controller runs on the head node, where the
-run directory is.
+"""What the OpenRLHF controller writes into the run directory, through ragen2.run_dir's writers
+(the local engine's), so that `ragen2 plot`, `ragen2 audit` and `ragen2 bench` read runs of either
+engine. The controller runs on the head node, where the run directory is.
 
 What OpenRLHF measures is kept under its own names (its `rollout/reward_mean` is ours already).
 Its evaluator reports, per prompt, the mean reward of the samples (`eval_*_pass1`) and the best
@@ -16,12 +15,11 @@ local engine's shape.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from pathlib import Path
 
-from ragen2.completions import CompletionsLog
+from ragen2.run_dir import CompletionsLog, MetricsFile, steps_of, summary, write_summary
 
 
 def numeric(logs: dict | None) -> dict[str, float]:
@@ -50,15 +48,14 @@ class RunFiles:
     def __init__(self, run_dir: str | Path):
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.path = self.run_dir / "metrics.jsonl"
         self.started = time.time()
-        self.rows: list[dict] = []
-        self.completions = CompletionsLog(self.run_dir)  # the same writer as the local engine's
+        self.rows: list[dict] = []  # this session's rows, for the summary
+        self.metrics = MetricsFile(self.run_dir)  # appends: the engine does not resume runs
+        self.completions = CompletionsLog(self.run_dir)
 
     def _append(self, row: dict) -> None:
         self.rows.append(row)
-        with self.path.open("a") as handle:  # one flushed line per event, as the local engine
-            handle.write(json.dumps(row) + "\n")
+        self.metrics.write(row)
 
     def log_step(self, step: int, logs: dict | None) -> None:
         self._append({"step": step, **numeric(logs)})
@@ -72,22 +69,10 @@ class RunFiles:
             self._append({"step": step, **row})
 
     def finish(self, steps: int, steps_skipped: int, stop_reason: str | None) -> dict:
-        """summary.json, in the local engine's keys (the bench treats a run with one as done)."""
-        steps_rows = [r for r in self.rows if "rollout/reward_mean" in r]  # skipped steps too, as the local summary
-        val = [r["val/reward_mean"] for r in self.rows if "val/reward_mean" in r]
-        summary = {
-            "run_dir": str(self.run_dir), "engine": "openrlhf",
-            "steps": steps, "steps_trained": steps - steps_skipped, "steps_skipped": steps_skipped,
-            "stop_reason": stop_reason,
-            "first_reward_mean": steps_rows[0]["rollout/reward_mean"] if steps_rows else None,
-            "last_reward_mean": steps_rows[-1]["rollout/reward_mean"] if steps_rows else None,
-            "first_success_rate": steps_rows[0].get("rollout/success_rate") if steps_rows else None,
-            "last_success_rate": steps_rows[-1].get("rollout/success_rate") if steps_rows else None,
-            "final_val_success_rate": None, "best_val_success_rate": None,  # see the module doc
-            "final_val_reward_mean": val[-1] if val else None,
-            "best_val_reward_mean": max(val) if val else None,
-            "wall_s_this_session": round(time.time() - self.started, 1),
-        }
-        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+        """summary.json, in the local engine's schema (the bench treats a run with one as done)."""
+        content = summary(steps_of(self.rows), run_dir=self.run_dir, engine="openrlhf", stop_reason=stop_reason,
+                          wall_s=time.time() - self.started, num_steps=steps, steps_skipped=steps_skipped)
+        write_summary(self.run_dir, content)
+        self.metrics.close()
         self.completions.close()
-        return summary
+        return content

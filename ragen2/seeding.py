@@ -1,0 +1,58 @@
+"""Which env instances a run meets, and the seeds of its samplers: one stream per purpose, so
+that training, validation, `ragen2 eval`, `ragen2 audit` and the MI probe never share instances
+or random draws, and both engines meet the same instances in the same steps.
+
+Each stream is a NumPy generator keyed by (seed, stream); a training step's key is
+(trainer.seed, step). Instance seeds are drawn in [0, 2**31 - 1).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from ragen2.config import Config
+
+VALIDATION_STREAM = 987_654_321  # validation instances, apart from every step's
+EVAL_STREAM = 555_000_111  # `ragen2 eval` instances, apart from training and validation
+AUDIT_STREAM = 424_242  # `ragen2 audit --model` instances, apart from training and validation
+PROBE_STREAM = 0x9B0BE  # the probe's row sampling, apart from everything else seeded by the step
+
+
+def instance_seeds(key: list[int], count: int) -> list[int]:
+    """`count` env instance seeds from the stream keyed by `key`."""
+    rng = np.random.default_rng(key)
+    return [int(s) for s in rng.integers(0, 2**31 - 1, size=count)]
+
+
+def step_seeds(cfg: Config, step: int) -> list[int]:
+    """The P instance seeds of a step: a pure function of (trainer.seed, step)."""
+    return instance_seeds([cfg.trainer.seed, step], cfg.rollout.num_groups)
+
+
+def validation_seeds(cfg: Config) -> list[int]:
+    return instance_seeds([cfg.trainer.seed, VALIDATION_STREAM], cfg.trainer.val_groups)
+
+
+def validation_sampling_seed(cfg: Config) -> int:
+    """The seed of validation's sampling generator."""
+    return cfg.trainer.seed + VALIDATION_STREAM
+
+
+def eval_seeds(seed: int, count: int) -> list[int]:
+    return instance_seeds([seed, EVAL_STREAM], count)
+
+
+def eval_sampling_seed(seed: int) -> int:
+    return seed + EVAL_STREAM
+
+
+def audit_seeds(seed: int, count: int) -> list[int]:
+    return instance_seeds([seed, AUDIT_STREAM], count)
+
+
+def probe_rng(step: int) -> np.random.Generator:
+    """The probe's generator at a step (which rows it scores)."""
+    return np.random.default_rng([step, PROBE_STREAM])
