@@ -6,7 +6,11 @@ import argparse
 import difflib
 import sys
 
-from ragen2 import audit, bench, envs_cli, eval_cli, export, plot, train_cli
+from ragen2 import audit, export, plot
+from ragen2.commands import bench as bench_cli
+from ragen2.commands import envs as envs_cli
+from ragen2.commands import eval as eval_cli
+from ragen2.commands import train as train_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -21,7 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     train_cli.add_parser(commands)
     plot.add_parser(commands)
     audit.add_parser(commands)
-    bench.add_parser(commands)
+    bench_cli.add_parser(commands)
     eval_cli.add_parser(commands)
     export.add_parser(commands)
     return parser

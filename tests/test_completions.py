@@ -19,7 +19,7 @@ from ragen2.config import build_config
 from ragen2.rollout import RolloutConfig, rollout
 from ragen2.rollout.tiny import ScriptedPolicy, tiny_tokenizer
 from ragen2.run_dir import RunLog, read_completions, read_metrics
-from ragen2.train_cli import compose
+from ragen2.commands.train import compose
 
 TINY = ["rollout.num_groups=2", "rollout.group_size=2", "rollout.max_new_tokens=6", "trainer.val_groups=2",
         "optim.micro_batch_size=2", "optim.mini_batch_size=4", "probe.every=0", "trainer.num_threads=1",
@@ -151,7 +151,7 @@ def test_the_show_completions_flag_sets_the_config_key(tmp_path):
     import argparse
 
     parser = argparse.ArgumentParser()
-    from ragen2.train_cli import add_parser
+    from ragen2.commands.train import add_parser
 
     add_parser(parser.add_subparsers())
     for argv, wanted in ((["train"], False), (["train", "--show-completions"], True)):

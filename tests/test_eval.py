@@ -10,7 +10,7 @@ import torch
 import envs
 from ragen2 import models as model_lib
 from ragen2.cli import main
-from ragen2.eval_cli import episode_statistics, evaluate_policy
+from ragen2.commands.eval import episode_statistics, evaluate_policy
 from ragen2.rollout import RolloutConfig, TrajectoryRecord
 from ragen2.rollout.tiny import ScriptedPolicy, tiny_llama, tiny_tokenizer
 from ragen2.seeding import EVAL_STREAM

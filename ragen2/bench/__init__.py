@@ -8,7 +8,3 @@
     plots.py      training curves per env
     published.py  published numbers to print beside ours
 """
-
-from ragen2.bench.cli import add_parser
-
-__all__ = ["add_parser"]
