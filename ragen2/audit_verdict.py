@@ -1,4 +1,5 @@
-"""The audit's verdicts, as explicit rules (tested with hand-built numbers in tests/test_audit.py).
+"""The audit's verdicts, as explicit rules (tested with hand-built numbers in tests/test_audit.py),
+and the settings of a model audit, whose advice they give (`--groups`, `--max-new-tokens`, …).
 
 Two verdicts:
 
@@ -18,6 +19,7 @@ Steps in every sentence here are 1-based (the console's "step 1/6"), i.e. metric
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 RETRIEVAL_Z_CLEAR = 2.0  # retrieval above chance by this many binomial std errors: input-dependent
 RETRIEVAL_Z_WEAK = 1.0
@@ -31,6 +33,20 @@ NO_SPREAD = 1e-9  # in-group reward std at or below this: every rollout of a gro
 FORMAT_ADVICE = ("use a model that follows the <think>…</think><answer>…</answer> format, train the format "
                  "first (a few steps: the format penalty teaches it), or audit a trained checkpoint")
 ROWS_ADVICE = "roll out more groups (--groups, --group-size) or raise --max-new-tokens so the reasoning closes"
+
+
+@dataclass
+class AuditSettings:
+    """What `ragen2 audit --model` rolls out and probes (its flags, with these defaults)."""
+
+    groups: int = 8
+    group_size: int = 4
+    max_turns: int = 1
+    max_new_tokens: int = 96
+    temperature: float = 1.0
+    mode: str = "first_turn"
+    num_samples: int = 64
+    seed: int = 0
 
 
 def retrieval_zscore(accuracy: float, chance: float, rows: int) -> float:

@@ -1,43 +1,56 @@
-"""The `ragen2` command: one subcommand per job, each in the module that owns it."""
+"""The `ragen2` command: one subcommand per job, each in its module under ragen2.commands.
+
+Only the module of the command being run is imported; the others appear in the parser by name
+and one-line help, so `ragen2 --help` and `ragen2 envs list` start without torch or matplotlib.
+"""
 
 from __future__ import annotations
 
 import argparse
 import difflib
+import importlib
 import sys
 
-from ragen2 import audit, export, plot
-from ragen2.commands import bench as bench_cli
-from ragen2.commands import envs as envs_cli
-from ragen2.commands import eval as eval_cli
-from ragen2.commands import train as train_cli
+from ragen2.commands import COMMANDS, module_name
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser, with the options of the command `argv` names (or of every command, for None)."""
     parser = argparse.ArgumentParser(
         prog="ragen2",
         description="Multi-turn RL for LLM agents: environments, training, SNR filtering, collapse audits.",
     )
-    parser.add_argument("--version", action="version", version=f"ragen2 {_version()}")
+    parser.add_argument("--version", action=_Version)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
-    envs_cli.add_parser(commands)
-    train_cli.add_parser(commands)
-    plot.add_parser(commands)
-    audit.add_parser(commands)
-    bench_cli.add_parser(commands)
-    eval_cli.add_parser(commands)
-    export.add_parser(commands)
+    chosen = set(COMMANDS) if argv is None else {next((item for item in argv if not item.startswith("-")), None)}
+    for name, one_line in COMMANDS.items():
+        if name in chosen:
+            importlib.import_module(module_name(name)).add_parser(commands)
+        else:  # listed by `ragen2 --help`; its options are built only when it runs
+            commands.add_parser(name, help=one_line)
     return parser
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+    from importlib.metadata import PackageNotFoundError, version  # only `--version` reads it
 
     try:
         return version("ragen2")
     except PackageNotFoundError:
         return "unknown (not installed)"
+
+
+class _Version(argparse.Action):
+    """argparse's "version" action, with the version looked up only when asked for."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="show program's version number and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"ragen2 {_version()}")
+        parser.exit()
 
 
 def _flag_hint(parser: argparse.ArgumentParser, args, stray: list[str]) -> str:
@@ -53,7 +66,8 @@ def _flag_hint(parser: argparse.ArgumentParser, args, stray: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
     # KEY=VALUE overrides may come after options (`show sokoban --seed 1 dim_x=8`), where
     # argparse no longer fills a positional list: collect them here.
     args, extra = parser.parse_known_args(argv)

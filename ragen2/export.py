@@ -13,7 +13,6 @@ model) or written as a PEFT adapter (`--lora adapter`: adapter_config.json + ada
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from ragen2 import audit
@@ -84,29 +83,3 @@ def export_checkpoint(run_dir: Path, out: Path | None = None, checkpoint: str | 
 
 def folder_size(path: Path) -> int:
     return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
-
-
-def add_parser(commands) -> None:
-    parser = commands.add_parser(
-        "export", help="write a checkpoint as a Hugging Face folder (config.json, tokenizer, weights)",
-        description="Load a run's checkpoint on its base model and save it with save_pretrained, so that "
-                    "AutoModelForCausalLM.from_pretrained(OUT) loads it anywhere.")
-    parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a ragen2 run directory")
-    parser.add_argument("--out", type=Path, help="folder to write (default RUN_DIR/export/step_N)")
-    parser.add_argument("--checkpoint", metavar="step_N", help="which checkpoint (default the latest complete one)")
-    parser.add_argument("--lora", choices=("merge", "adapter"), default="merge",
-                        help="LoRA runs: merge the adapters into the base (default) or write a PEFT adapter")
-    parser.set_defaults(run=run_export)
-
-
-def run_export(args) -> int:
-    from ragen2.models import ModelSourceError, ModelWeightsError
-
-    try:
-        out = export_checkpoint(args.run_dir, args.out, args.checkpoint, args.lora)
-    except (ExportError, FileNotFoundError, ModelSourceError, ModelWeightsError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    print(f"wrote {out} ({folder_size(out) / 1e6:.1f} MB); load it with "
-          f"AutoModelForCausalLM.from_pretrained({str(out)!r})")
-    return 0

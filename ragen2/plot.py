@@ -1,4 +1,4 @@
-"""`ragen2 plot RUN_DIR`: training curves as PNG (one figure, one panel per quantity).
+"""Training curves of a run as PNG (one figure, one panel per quantity), for `ragen2 plot`.
 
 Steps are 1-based, as the console counts them ("step 1/6"): x = metrics.jsonl's 0-based
 `step` field + 1, which is also the number of the checkpoint written after that step.
@@ -6,7 +6,6 @@ Steps are 1-based, as the console counts them ("step 1/6"): x = metrics.jsonl's 
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import matplotlib
@@ -71,20 +70,3 @@ def plot_run(run_dir: Path, out: Path | None = None) -> Path:
     figure.savefig(out, dpi=110)
     plt.close(figure)
     return out
-
-
-def add_parser(commands) -> None:
-    parser = commands.add_parser("plot", help="write PNG training curves for a run directory")
-    parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a ragen2 run directory (has metrics.jsonl)")
-    parser.add_argument("--out", type=Path, help="PNG path (default RUN_DIR/curves.png)")
-    parser.set_defaults(run=run_plot)
-
-
-def run_plot(args) -> int:
-    try:
-        path = plot_run(args.run_dir, args.out)
-    except FileNotFoundError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    print(f"wrote {path}")
-    return 0

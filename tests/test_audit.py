@@ -16,6 +16,8 @@ from scipy import stats
 import envs
 import mi_probe
 from ragen2 import audit
+from ragen2.cli import main
+from ragen2.commands import audit as audit_command
 from ragen2.config import ProbeSection
 from ragen2.probe import CollapseWatch, Probe
 from ragen2.rollout import RolloutConfig, rollout
@@ -32,7 +34,7 @@ def tok():
 
 
 def _cli(argv: list[str]) -> int:
-    return audit.main(argv)  # what `ragen2 audit ...` runs
+    return main(["audit", *argv])
 
 
 # --- trajectory-mode sampling ------------------------------------------------------------------
@@ -279,7 +281,7 @@ def test_help_of_every_audit_option():
     import argparse
 
     parser = argparse.ArgumentParser()
-    audit.add_parser(parser.add_subparsers())
+    audit_command.add_parser(parser.add_subparsers())
     sub = parser._subparsers._group_actions[0].choices["audit"]
     missing = [a.dest for a in sub._actions if a.dest != "help" and not a.help]
     assert missing == []

@@ -1,4 +1,5 @@
-"""`ragen2 bench SUITE --out DIR` and `ragen2 bench report DIR`."""
+"""`ragen2 bench SUITE --out DIR` and `ragen2 bench report DIR` (the suite, runner and report
+live in ragen2.bench)."""
 
 from __future__ import annotations
 
@@ -6,12 +7,18 @@ import functools
 import sys
 from pathlib import Path
 
-from ragen2.bench.suite import SuiteError
+from ragen2.bench import runner
+from ragen2.bench.display import make_display
+from ragen2.bench.suite import SuiteError, expand, key_settings, load_suite
+from ragen2.bench.worker import EngineUnavailable, openrlhf_run
+from ragen2.commands import COMMANDS
+from ragen2.config import ConfigError
+from ragen2.run_dir import checkpoints_dir
 
 
-def add_parser(commands) -> None:
-    parser = commands.add_parser(
-        "bench", help="run a benchmark suite (a matrix of training runs), or rebuild its report",
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "bench", help=COMMANDS["bench"],
         description="`ragen2 bench SUITE --out DIR` runs every cell of configs/bench/SUITE.yaml (or a YAML path) "
                     "one after another, skipping finished cells and resuming a half-finished one from its "
                     "checkpoint, then writes the report. `ragen2 bench report DIR` rebuilds results.csv/json, "
@@ -38,19 +45,15 @@ def add_parser(commands) -> None:
     parser.add_argument("--docs", type=Path, metavar="MD",
                         help="also write the report into this markdown file (generated block; the text around it "
                              "is kept), with its plots and results.json beside it")
-    parser.set_defaults(run=run_bench)
+    parser.set_defaults(run=run)
 
 
-def run_bench(args) -> int:
+def run(args) -> int:
     if args.suite == "report":
         return run_report(args)
     if args.report_dir is not None:
         print(f"error: unexpected argument {args.report_dir} (did you mean --out {args.report_dir}?)", file=sys.stderr)
         return 2
-    from ragen2.bench import runner
-    from ragen2.bench.suite import expand, key_settings, load_suite
-    from ragen2.config import ConfigError
-
     try:
         suite = load_suite(args.suite)
         out = args.out or Path("runs") / "bench" / suite.name
@@ -63,12 +66,10 @@ def run_bench(args) -> int:
         print(f"suite {suite.name} ({suite.path}): {len(cells)} cells -> {out}/runs/")
         for cell in cells:
             status = ("done" if runner.is_done(cell.run_dir) else
-                      "resume" if (cell.run_dir / "checkpoints").is_dir() else "new")
+                      "resume" if checkpoints_dir(cell.run_dir).is_dir() else "new")
             print(f"  [{status:6}] {cell.name}\n           {key_settings(cell)}")
         return 0
     if args.engine == "openrlhf":
-        from ragen2.bench.worker import EngineUnavailable, openrlhf_run
-
         try:
             openrlhf_run()
         except EngineUnavailable as error:
@@ -79,15 +80,13 @@ def run_bench(args) -> int:
     cluster = ({"nodes": args.nodes, "gpus_per_node": args.gpus_per_node, "vllm_tp": args.vllm_tp}
                if args.engine == "openrlhf" else None)
     run_one = functools.partial(run_one, engine=args.engine, threads=args.threads, cluster=cluster)
-    from ragen2.bench.display import make_display
-
     print(f"bench {suite.name}: {len(cells)} cells in {out}/runs (logs: <cell>/{runner.CELL_LOG})", file=sys.stderr)
     with make_display([c.name for c in cells], f"ragen2 bench {suite.name}",
                       live=False if args.plain else None) as display:
         statuses = runner.run_cells(cells, run_one, display, suite.keep_final_checkpoint)
     failed = [name for name, status in statuses.items() if status != "done"]
     if not args.no_report:
-        from ragen2.bench.report import build_report, publish
+        from ragen2.bench.report import build_report, publish  # matplotlib: not for --help or --list
 
         paths = build_report(out, with_plots=not args.no_plots)
         print(f"report: {paths['markdown']} (+ results.csv, results.json, {len(paths['plots'])} plots)")
@@ -104,7 +103,7 @@ def run_report(args) -> int:
     if args.report_dir is None:
         print("error: usage: ragen2 bench report DIR", file=sys.stderr)
         return 2
-    from ragen2.bench.report import build_report, publish
+    from ragen2.bench.report import build_report, publish  # as in run
 
     try:
         paths = build_report(args.report_dir, with_plots=not args.no_plots)

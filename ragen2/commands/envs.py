@@ -2,30 +2,32 @@
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import sys
+
+from rich.console import Console
+from rich.table import Table
 
 import envs
 from envs.base import EnvConfig, EnvConfigError, TextEnv
 from envs.parsing import ANSWER_OPEN, format_response
 from envs.prompt import after_turn, first_turn_messages, render_messages
+from ragen2.commands import COMMANDS
 
 DEFAULT_ENV = "sokoban"
 SHARED_FIELDS = {f.name for f in dataclasses.fields(EnvConfig)}
 
 
-def add_parser(commands) -> None:
-    parser = commands.add_parser("envs", help="list, show and play the environments")
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("envs", help=COMMANDS["envs"])
+    parser.set_defaults(run=run)
     sub = parser.add_subparsers(dest="envs_command", metavar="ACTION")
     sub.required = True
 
-    listing = sub.add_parser("list", help="a table of every registered env")
-    listing.set_defaults(run=run_list)
-
-    for action, helper, run in (
-        ("show", "print the prompt the model sees for one instance", run_show),
-        ("play", "play an instance in the terminal", run_play),
+    sub.add_parser("list", help="a table of every registered env")
+    for action, helper in (
+        ("show", "print the prompt the model sees for one instance"),
+        ("play", "play an instance in the terminal"),
     ):
         command = sub.add_parser(action, help=helper)
         command.add_argument("name", nargs="?", default=DEFAULT_ENV,
@@ -35,7 +37,10 @@ def add_parser(commands) -> None:
                              help="env config key, repeatable (as in train, eval, audit), e.g. --env-arg dim_x=8")
         command.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                              help="the same as --env-arg: dim_x=8 max_actions_per_turn=3")
-        command.set_defaults(run=run)
+
+
+def run(args) -> int:
+    return ACTIONS[args.envs_command](args)
 
 
 def _describe_config(config: EnvConfig) -> str:
@@ -45,9 +50,6 @@ def _describe_config(config: EnvConfig) -> str:
 
 
 def run_list(args) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
     table = Table(title="ragen2 environments", show_lines=False)
     table.add_column("name", style="bold", no_wrap=True)
     table.add_column("description")
@@ -132,3 +134,6 @@ def run_play(args, env: TextEnv) -> int:
         turn += 1
         feedback, state = after_turn(env, turn, obs, reward, info)  # what the model would see
         print(render_messages([{"role": "user", "content": feedback + state}]))
+
+
+ACTIONS = {"list": run_list, "show": run_show, "play": run_play}

@@ -12,6 +12,9 @@ larger_sokoban, sokoban_different_grid_vocab; any registered env works (`ragen2 
 
 Standard errors are over instances (groups), not episodes: the G episodes of one instance
 share its start and are not independent draws.
+
+Bad arguments fail before torch and transformers load (seconds): the model, checkpoint and
+rollout modules are imported inside the functions that need them.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import time
 from pathlib import Path
 
 import envs
+from ragen2.commands import COMMANDS
 from ragen2.config import ConfigError, build_config, load_config, rollout_config
 from ragen2.run_dir import (CHECKPOINT_STATE_FILE, CHECKPOINTS_DIR, CONFIG_FILE, EVAL_DIR, POLICY_DIR,
                             read_config)
@@ -34,9 +38,9 @@ class EvalError(ValueError):
     pass
 
 
-def add_parser(commands) -> None:
-    parser = commands.add_parser(
-        "eval", help="evaluate a checkpoint or model on an env (held-out variants)",
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "eval", help=COMMANDS["eval"],
         description="Success rate, pass@G and reward (± standard errors over instances) of a checkpoint, a run "
                     "directory's latest checkpoint, or a model, on an env such as bandit_rev, bandit_test, "
                     "larger_sokoban or sokoban_different_grid_vocab. Writes JSON.")
@@ -56,7 +60,7 @@ def add_parser(commands) -> None:
     parser.add_argument("--device", help="cpu, cuda, cuda:N (default: the run's model.device)")
     parser.add_argument("--out", type=Path, help="JSON path (default RUN/eval/<checkpoint>-<env>.json, or "
                                                  "eval/<model>-<env>.json)")
-    parser.set_defaults(run=run_eval)
+    parser.set_defaults(run=run)
 
 
 # --- what to load ----------------------------------------------------------------------------
@@ -64,7 +68,7 @@ def add_parser(commands) -> None:
 
 def resolve_target(target: str):
     """(config, checkpoint folder or None, label) for a checkpoint, a run directory or a model."""
-    from ragen2 import checkpoint as ckpt  # torch and transformers: once the arguments are known good
+    from ragen2 import checkpoint as ckpt  # torch (see the module doc)
 
     path = Path(target)
     if path.is_dir():
@@ -82,7 +86,7 @@ def resolve_target(target: str):
             raise EvalError(f"{path}: not a checkpoint (no {CHECKPOINT_STATE_FILE} + {POLICY_DIR}/), run directory "
                             f"(no {CONFIG_FILE}) or Hugging Face model folder (no config.json)")
     # A model: the base config's rollout settings, this model.
-    from ragen2.models import ModelSourceError, check_model_source  # as ckpt above
+    from ragen2.models import ModelSourceError, check_model_source  # transformers (see the module doc)
 
     try:
         check_model_source(target)
@@ -147,7 +151,7 @@ def episode_statistics(trajectories) -> dict:
 
 def evaluate_policy(policy, tokenizer, env_name: str, overrides: dict, rollout_cfg, num_groups: int,
                     seed: int) -> dict:
-    import torch  # as ckpt above
+    import torch  # see the module doc
 
     from ragen2.rollout import rollout
 
@@ -168,7 +172,7 @@ def _fmt(stat: dict) -> str:
     return f"{stat['mean']:.3f}" + ("" if stat["se"] is None else f" ± {stat['se']:.3f}")
 
 
-def run_eval(args) -> int:
+def run(args) -> int:
     try:
         if args.episodes < 1 or (args.group_size is not None and args.group_size < 1):
             raise EvalError("--episodes and --group-size must be at least 1")
@@ -184,7 +188,7 @@ def run_eval(args) -> int:
     except (EvalError, ConfigError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    from ragen2 import models as model_lib  # torch and transformers: once the arguments are known good
+    from ragen2 import models as model_lib  # see the module doc
     from ragen2.engines import local
 
     group_size = cfg.rollout.group_size

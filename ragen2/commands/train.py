@@ -1,21 +1,30 @@
-"""`ragen2 train`: compose the config, fail fast on bad input, train, print where results are."""
+"""`ragen2 train`: compose the config, fail fast on bad input, train, print where results are.
+
+Bad input fails before torch and transformers load (seconds): the trainer, the model checks and
+the checkpoints are imported inside the functions that need them, once the config is known good.
+"""
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import time
 from pathlib import Path
 
-from ragen2.config import ConfigError, build_config, load_config
+import yaml
+
+from ragen2.commands import COMMANDS
+from ragen2.config import ConfigError, _merge, _parse_override, build_config, load_config
 from ragen2.engines.openrlhf import launch as openrlhf_launch
 from ragen2.run_dir import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, has_run
 
 GROUP_KEYS = ("env", "algo", "filter")  # `env=frozen_lake` picks a preset; `env.name=…` sets a key
 
 
-def add_parser(commands) -> None:
-    parser = commands.add_parser(
-        "train", help="train an agent (local engine)",
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "train", help=COMMANDS["train"],
         description="Train with StarPO rollouts and PPO/GRPO. Overrides: KEY=VALUE, e.g. "
                     "env=frozen_lake algo=grpo trainer.total_steps=50 rollout.group_size=8")
     parser.add_argument("--env", help="env preset in configs/envs (default: base.yaml's env)")
@@ -43,7 +52,7 @@ def add_parser(commands) -> None:
                              "(--engine openrlhf: also write the run's files and print the exact command)")
     openrlhf_launch.add_arguments(parser)
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted config overrides")
-    parser.set_defaults(run=run_train)
+    parser.set_defaults(run=run)
 
 
 def compose(args):
@@ -73,10 +82,6 @@ def compose(args):
             raise ConfigError(f"--resume {run_dir}: no {CONFIG_FILE} there (is it a run directory?)")
         if any(presets.values()) or args.config:
             raise ConfigError("--resume continues a run with its saved config; presets cannot change")
-        import yaml
-
-        from ragen2.config import _merge, _parse_override
-
         data = yaml.safe_load(saved.read_text())
         for item in overrides:
             data = _merge(data, _parse_override(item))
@@ -96,7 +101,7 @@ class AlreadyFinished(ConfigError):
 
 
 def _check_resumable(run_dir: Path, cfg) -> None:
-    from ragen2 import checkpoint as ckpt
+    from ragen2 import checkpoint as ckpt  # torch (see the module doc)
 
     done = ckpt.complete_checkpoints(run_dir)
     if not done:
@@ -113,11 +118,9 @@ def _check_resumable(run_dir: Path, cfg) -> None:
 
 def preflight(cfg, run_dir: Path, resume: bool, dry_run: bool = False) -> None:
     """What would otherwise fail after the model loads (or leave a half-made run directory)."""
-    import os
-
     device = cfg.model.device
     if device.startswith("cuda"):
-        import torch
+        import torch  # see the module doc
 
         if not torch.cuda.is_available():
             raise ConfigError(f"model.device={device}: no CUDA device here (torch {torch.__version__}); "
@@ -125,7 +128,7 @@ def preflight(cfg, run_dir: Path, resume: bool, dry_run: bool = False) -> None:
         index = int(device.partition(":")[2] or 0)
         if index >= torch.cuda.device_count():
             raise ConfigError(f"model.device={device}: only {torch.cuda.device_count()} CUDA device(s) here")
-    from ragen2.models import ModelSourceError, check_model_source
+    from ragen2.models import ModelSourceError, check_model_source  # transformers (see the module doc)
 
     try:
         check_model_source(cfg.model.name)
@@ -153,7 +156,7 @@ def _print_plan(cfg, run_dir: Path, resume: bool) -> None:
           f"({cfg.model.dtype}, {cfg.model.device})", file=sys.stderr)
 
 
-def run_train(args) -> int:
+def run(args) -> int:
     engine = getattr(args, "engine", "local")
     if engine == "openrlhf" and args.resume:
         print("error: --resume is for the local engine; the OpenRLHF engine does not resume runs yet", file=sys.stderr)
@@ -175,7 +178,7 @@ def run_train(args) -> int:
         print(cfg.to_yaml(), end="")
         print("dry run: the config is valid and nothing was written", file=sys.stderr)
         return 0
-    from ragen2 import trainer  # heavy imports only once the config is known to be good
+    from ragen2 import trainer  # see the module doc
     from ragen2.models import BUNDLED_NAMES, ModelSourceError
 
     bundled = cfg.model.name.strip().lower() in BUNDLED_NAMES
@@ -194,8 +197,6 @@ def run_train(args) -> int:
 
 
 def _report_interrupt(summary: dict) -> int:
-    import signal
-
     if summary["resume_command"]:
         print(f"\ninterrupted ({summary['interrupted']}) after step {summary['steps']}; checkpoint saved. "
               f"Continue with:\n  {summary['resume_command']}", file=sys.stderr)

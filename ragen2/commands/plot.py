@@ -1,0 +1,28 @@
+"""`ragen2 plot RUN_DIR`: training curves as PNG (ragen2.plot draws them)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ragen2.commands import COMMANDS
+from ragen2.run_dir import CURVES_FILE, METRICS_FILE
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("plot", help=COMMANDS["plot"])
+    parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help=f"a ragen2 run directory (has {METRICS_FILE})")
+    parser.add_argument("--out", type=Path, help=f"PNG path (default RUN_DIR/{CURVES_FILE})")
+    parser.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from ragen2.plot import plot_run  # matplotlib: not for `ragen2 plot --help`
+
+    try:
+        path = plot_run(args.run_dir, args.out)
+    except FileNotFoundError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"wrote {path}")
+    return 0
