@@ -34,8 +34,11 @@ from typing import Optional, Tuple, Union
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
+from tokenizers import Tokenizer, decoders, pre_tokenizers
+from tokenizers import models as tokenizer_models
 from torch import nn
-from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, LlamaModel
+from transformers import (AutoModel, AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, LlamaModel,
+                          PreTrainedTokenizerFast)
 
 from ragen2 import precision
 
@@ -471,13 +474,10 @@ def build_tiny_tokenizer():
     Ids follow SmolLM2: 0 <|endoftext|> (unk), 1 <|im_start|> (bos), 2 <|im_end|> (eos and pad).
     Any text round-trips; it is built in memory, so tests need no files and no network.
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
     vocab = {token: index for index, token in enumerate(specials + alphabet)}
-    backend = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    backend = Tokenizer(tokenizer_models.BPE(vocab=vocab, merges=[]))
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     backend.decoder = decoders.ByteLevel()
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token=specials[0], bos_token=specials[1],

@@ -19,6 +19,10 @@ import sys
 import time
 from dataclasses import dataclass
 
+from rich.console import Console
+from rich.live import Live
+from rich.text import Text
+
 
 @dataclass
 class RolloutProgress:
@@ -82,15 +86,10 @@ class LiveLine:
         if not self.enabled:
             return
         if self._live is None:
-            from rich.console import Console
-            from rich.live import Live
-
             # force_terminal: enabled means a terminal was checked for (and tests draw into a buffer)
             self._live = Live("", console=Console(file=self.stream, force_terminal=True), transient=True,
                               auto_refresh=False)
             self._live.start()
-        from rich.text import Text
-
         self._live.update(Text(text), refresh=True)  # Text: no markup parsing, no number colouring
 
     def begin(self) -> None:

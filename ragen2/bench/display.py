@@ -10,6 +10,10 @@ import sys
 import time
 from dataclasses import dataclass
 
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
 STATUS_STYLE = {"queued": "dim", "running": "bold yellow", "done": "green", "failed": "bold red",
                 "interrupted": "magenta"}
 
@@ -72,9 +76,6 @@ class LiveDisplay(PlainDisplay):
 
     def __init__(self, names: list[str], title: str):
         super().__init__(names)
-        from rich.console import Console
-        from rich.live import Live
-
         self.title = title
         self.console = Console(stderr=True)
         self.live = Live(self._table(), console=self.console, refresh_per_second=2, transient=False)
@@ -95,8 +96,6 @@ class LiveDisplay(PlainDisplay):
         self.live.update(self._table())
 
     def _table(self):
-        from rich.table import Table
-
         table = Table(title=f"{self.title}  [{self.counts()}]", expand=False)
         for column in ("cell", "status", "steps", "time", "val success / reason"):
             table.add_column(column, overflow="fold")

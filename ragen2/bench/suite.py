@@ -40,6 +40,7 @@ from pathlib import Path
 
 import yaml
 
+from ragen2.bench.published import PUBLISHED
 from ragen2.config import CONFIG_DIR, Config, ConfigError, load_config
 
 SUITE_DIR = CONFIG_DIR / "bench"
@@ -190,8 +191,6 @@ def load_suite(name_or_path: str) -> Suite:
             _check_overrides(f"{where}.variants.{name}", items)
         _check_overrides(f"{where}.overrides", matrix.get("overrides", []))
     if "published" in data:
-        from ragen2.bench.published import PUBLISHED
-
         if data["published"] not in PUBLISHED:
             raise SuiteError(f"{path}.published: unknown published setting {data['published']!r}; "
                              f"known: {sorted(PUBLISHED)}")

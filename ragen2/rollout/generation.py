@@ -30,6 +30,7 @@ from typing import Sequence
 import torch
 
 from ragen2 import precision
+from ragen2.rollout import fast_decoder
 
 try:  # transformers' cache API (4.56+ / 5.x); without it the model's own cache is used
     from transformers import PreTrainedModel
@@ -43,8 +44,6 @@ BACKENDS = ("auto", "fast", "hf")
 
 def use_fast_backend(model, backend: str) -> bool:
     """Whether `backend` means our own forward for this model ("fast" on an unsupported model is an error)."""
-    from ragen2.rollout import fast_decoder
-
     if backend == "hf":
         return False
     if backend == "fast" and not fast_decoder.supports(model):
@@ -180,7 +179,7 @@ def generate(model, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, te
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     if use_fast_backend(model, backend) and shrink_batch:
-        from ragen2.rollout.session import GenerationSession
+        from ragen2.rollout.session import GenerationSession  # it imports this module
 
         session = GenerationSession(model, temperature=temperature, top_p=top_p, stop_strings=stop_strings,
                                     eos_token_ids=eos_token_ids, pad_token_id=pad_token_id, tokenizer=tokenizer,

@@ -14,6 +14,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers.processors import TemplateProcessing
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
@@ -55,9 +58,6 @@ _CORPUS = [
 
 def tiny_tokenizer(template: str = "chatml", vocab_size: int = 400):
     """A PreTrainedTokenizerFast with a byte-level BPE and the given chat template layout."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
     if template not in TEMPLATE_TOKENS:
         raise ValueError(f"template must be one of {sorted(TEMPLATE_TOKENS)}, got {template!r}")
     tokens = TEMPLATE_TOKENS[template]
@@ -70,8 +70,6 @@ def tiny_tokenizer(template: str = "chatml", vocab_size: int = 400):
     )
     core.train_from_iterator(_CORPUS, trainer=trainer)
     if tokens["bos"] is not None:  # like Llama-3: plain encode() prepends BOS, so doubling would show
-        from tokenizers.processors import TemplateProcessing
-
         bos = (tokens["bos"], core.token_to_id(tokens["bos"]))
         core.post_processor = TemplateProcessing(single=f"{bos[0]} $A", pair=f"{bos[0]} $A $B", special_tokens=[bos])
     tokenizer = PreTrainedTokenizerFast(
@@ -86,8 +84,6 @@ def tiny_tokenizer(template: str = "chatml", vocab_size: int = 400):
 
 def tiny_llama(tokenizer, *, seed: int = 0, hidden_size: int = 32, num_layers: int = 2):
     """A random LlamaForCausalLM for `tokenizer`'s vocabulary (fp32, eval mode)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     config = LlamaConfig(
         vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
         num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2,

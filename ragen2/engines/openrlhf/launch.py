@@ -13,6 +13,7 @@ Two halves:
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import runpy
@@ -85,8 +86,6 @@ def run(cfg: Config, run_dir: Path, args) -> int:
     if getattr(args, "dry_run", False):
         print(f"dry run: files written under {Path(run_dir).absolute()}, nothing launched", file=sys.stderr)
         return 0
-    import importlib.util
-
     if importlib.util.find_spec("openrlhf") is None:  # fail here, not inside Ray, when the extra is missing
         print(f'error: the OpenRLHF engine needs the extra: pip install "ragen2[openrlhf]" '
               f"(OpenRLHF {OPENRLHF_VERSION}, Ray, vLLM, DeepSpeed; see docs/distributed.md)", file=sys.stderr)
@@ -114,9 +113,9 @@ def main(argv: list[str] | None = None) -> None:
     settings = json.loads(settings_path.read_text())
     os.environ[SETTINGS_ENV] = json.dumps(settings)
 
-    import ray
+    import ray  # the openrlhf extra: only the launched process needs it
 
-    from ragen2.engines.openrlhf import trainer_patch
+    from ragen2.engines.openrlhf import trainer_patch  # imports OpenRLHF (the extra)
 
     trainer_patch.install()
     if not ray.is_initialized():  # train_ppo_ray would init Ray without our settings

@@ -57,6 +57,7 @@ from ragen2.engines.openrlhf.completions import pick_samples
 from ragen2.engines.openrlhf.probe_scoring import probe_metrics
 from ragen2.engines.openrlhf.run_files import RunFiles
 from ragen2.engines.openrlhf.selection import SkipLedger, rollout_metrics, select_samples
+from ragen2.probe import Probe
 
 logger = init_logger(__name__)
 
@@ -79,8 +80,6 @@ class RagenState:
     """Everything the subclass adds, kept apart from OpenRLHF's attributes."""
 
     def __init__(self, settings: dict, tokenizer):
-        from ragen2.probe import Probe
-
         self.settings = settings
         self.group_size = int(settings["group_size"])
         self.unit = int(settings["batch_unit"])
