@@ -61,3 +61,42 @@ def test_play_shows_parser_errors_and_quits_on_eof(monkeypatch, capsys):
     assert "dropped 'fly': not in the action vocabulary" in out
     assert "reward -0.1" in out
     assert "quit after 1 turns" in out
+
+
+def _modules_after(argv: list[str]) -> set[str]:
+    """The modules a fresh `ragen2 ARGV` process has imported when it finishes."""
+    import subprocess
+    import sys
+
+    code = ("import sys, contextlib, io\nfrom ragen2.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            f"    try:\n        main({argv!r})\n    except SystemExit:\n        pass\n"
+            "print(' '.join(sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    return set(out.split())
+
+
+def test_help_lists_every_command_and_imports_none_of_them(capsys):
+    from ragen2.commands import COMMANDS
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    listed = [line.split()[0] for line in capsys.readouterr().out.splitlines() if line[:4] == "    " and line[4:5].strip()]
+    assert listed == list(COMMANDS)
+    loaded = _modules_after(["--help"])
+    assert not {f"ragen2.commands.{name}" for name in COMMANDS} & loaded
+    assert not {"torch", "matplotlib", "pydantic", "ragen2.config"} & loaded
+
+
+def test_a_command_imports_its_own_module_only():
+    loaded = _modules_after(["envs", "list"])
+    assert "ragen2.commands.envs" in loaded
+    assert not {"ragen2.commands.train", "ragen2.commands.bench", "torch", "matplotlib"} & loaded
+    loaded = _modules_after(["plot", "--help"])  # a command's --help: its parser, not its heavy logic
+    assert "ragen2.commands.plot" in loaded and not {"matplotlib", "torch"} & loaded
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0 and capsys.readouterr().out.startswith("ragen2 ")
