@@ -42,15 +42,14 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from envs.prompt import first_turn_messages  # noqa: E402
-from ragen2 import models as model_lib  # noqa: E402
-from ragen2 import trainer  # noqa: E402
-from ragen2.config import load_config  # noqa: E402
-from ragen2.engines import local  # noqa: E402
-from ragen2.rollout import agent_loop  # noqa: E402
-from ragen2.rollout.chat import ChatFormat  # noqa: E402
+from envs.prompt import first_turn_messages
+from ragen2 import models as model_lib
+from ragen2 import trainer
+from ragen2.bench.machine import machine_info
+from ragen2.config import load_config
+from ragen2.engines import local
+from ragen2.rollout import agent_loop
+from ragen2.rollout.chat import ChatFormat
 
 GROUPS, GROUP_SIZE, MICRO, LR = 4, 4, 4, 1e-5
 
@@ -226,9 +225,9 @@ def main() -> dict:
     report = {
         "work": {"prompts": GROUPS, "completions_per_prompt": GROUP_SIZE, "completion_tokens": args.new_tokens,
                  "env": args.env, "micro_batch": MICRO, "optimizer_steps_per_step": 1,
-                 "model": "SmolLM2-135M-Instruct fp32 CPU", "torch_threads": torch.get_num_threads()},
-        "versions": {"torch": torch.__version__, "trl": __import__("trl").__version__,
-                     "transformers": __import__("transformers").__version__},
+                 "model": "SmolLM2-135M-Instruct fp32 CPU"},
+        "machine": machine_info(),
+        "versions": {"trl": __import__("trl").__version__, "transformers": __import__("transformers").__version__},
         "ragen2_best": rounded(ours_best), "trl_best": rounded(trl_best),
         "ragen2_steps_s": [round(s["step_s"], 2) for s in callback.ours_steps],
         "trl_steps_s": [round(s["step_s"], 2) for s in callback.trl_steps],
@@ -236,7 +235,6 @@ def main() -> dict:
         "pairwise_ratios": [round(o["step_s"] / t["step_s"], 3)
                             for o, t in zip(callback.ours_steps[1:], callback.trl_steps[1:])],
         "target_ratio": 0.8,
-        "load_avg": os.getloadavg()[0],
     }
     return report
 
