@@ -69,6 +69,10 @@ def run_bench(args) -> int:
     if args.engine == "openrlhf":
         from ragen2.bench.worker import EngineUnavailable, openrlhf_run
 
+        if suite.validate_before:
+            print(f"error: {suite.path}: validate_before runs on the local engine only (the OpenRLHF engine "
+                  "validates inside its own trainer); drop it or --engine", file=sys.stderr)
+            return 2
         try:
             openrlhf_run()
         except EngineUnavailable as error:
@@ -78,7 +82,8 @@ def run_bench(args) -> int:
     run_one = runner.in_process_cell if args.in_process else runner.subprocess_cell
     cluster = ({"nodes": args.nodes, "gpus_per_node": args.gpus_per_node, "vllm_tp": args.vllm_tp}
                if args.engine == "openrlhf" else None)
-    run_one = functools.partial(run_one, engine=args.engine, threads=args.threads, cluster=cluster)
+    run_one = functools.partial(run_one, engine=args.engine, threads=args.threads, cluster=cluster,
+                                validate_before=suite.validate_before)
     from ragen2.bench.display import make_display
 
     print(f"bench {suite.name}: {len(cells)} cells in {out}/runs (logs: <cell>/{runner.CELL_LOG})", file=sys.stderr)

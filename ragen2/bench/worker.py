@@ -1,7 +1,9 @@
 """One bench cell in its own process: `python -m ragen2.bench.worker RUN_DIR [--engine NAME]`.
 
 The parent (ragen2.bench.runner) writes RUN_DIR/config.yaml first; this reads it, trains (or
-continues from the latest checkpoint), and exits 0 when summary.json is written. On an error it
+continues from the latest checkpoint), and exits 0 when summary.json is written. With
+`--validate-before` (the suite's `validate_before`), a cell that has not trained yet first
+validates the untrained model into RUN_DIR/bench_val_before.json. On an error it
 writes RUN_DIR/bench_error.json (type, message, traceback) so the parent can show the reason,
 and exits 1. Output goes wherever the parent points stdout/stderr (RUN_DIR/bench_output.log).
 """
@@ -15,6 +17,7 @@ import traceback
 from pathlib import Path
 
 ERROR_FILE = "bench_error.json"
+VAL_BEFORE_FILE = "bench_val_before.json"  # validation metrics of the untrained model
 ENGINES = ("local", "openrlhf")
 
 
@@ -48,10 +51,13 @@ def openrlhf_run():
     return launch.run
 
 
-def run_cell(run_dir: Path, engine: str = "local", quiet: bool = False, cluster: dict | None = None) -> dict:
+def run_cell(run_dir: Path, engine: str = "local", quiet: bool = False, cluster: dict | None = None,
+             validate_before: bool = False) -> dict:
     """Train the run whose config.yaml is in run_dir, resuming when it can; returns the summary.
 
     `cluster` ({"nodes", "gpus_per_node", "vllm_tp"}) goes to the OpenRLHF engine.
+    `validate_before` (local engine only) validates the untrained model first, once: a cell
+    resumed from a checkpoint has trained already, and a saved validation is not repeated.
     """
     import yaml
 
@@ -70,6 +76,10 @@ def run_cell(run_dir: Path, engine: str = "local", quiet: bool = False, cluster:
     from ragen2 import trainer
 
     run = trainer.setup(cfg, run_dir, resume=True, quiet=quiet)
+    before = run_dir / VAL_BEFORE_FILE
+    if validate_before and run.step == 0 and not before.is_file():
+        # its own sampling generator: validating first leaves the training run as it would have been
+        before.write_text(json.dumps(trainer.validate(run), indent=1))
     return trainer.train(run)
 
 
@@ -79,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engine", choices=ENGINES, default="local")
     parser.add_argument("--threads", type=int, help="torch threads")
     parser.add_argument("--cluster", type=json.loads, default={}, help="OpenRLHF cluster options as JSON")
+    parser.add_argument("--validate-before", action="store_true", help="validate the untrained model first")
     args = parser.parse_args(argv)
     (args.run_dir / ERROR_FILE).unlink(missing_ok=True)
     try:
@@ -86,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
             import torch
 
             torch.set_num_threads(args.threads)
-        run_cell(args.run_dir, args.engine, cluster=args.cluster)
+        run_cell(args.run_dir, args.engine, cluster=args.cluster, validate_before=args.validate_before)
     except Exception as error:  # noqa: BLE001 - any failure is this cell's, reported to the parent
         (args.run_dir / ERROR_FILE).write_text(json.dumps({
             "type": type(error).__name__, "message": str(error), "traceback": traceback.format_exc()}, indent=1))
