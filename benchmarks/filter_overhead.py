@@ -57,10 +57,11 @@ def bandit_like_rewards(num_groups: int, group_size: int, generator: torch.Gener
                        torch.where(choice == 1, torch.full_like(risky, 0.1), risky))
 
 
-def time_selection(calls: int) -> list[dict]:
+def time_selection(calls: int, run_shape: tuple[int, int]) -> list[dict]:
     generator = torch.Generator().manual_seed(0)
     results = []
-    for num_groups, group_size in SHAPES:
+    # the run's own shape too, when an override moved it off the list: the verdict compares at it
+    for num_groups, group_size in dict.fromkeys([*SHAPES, run_shape]):
         # Many distinct matrices, cycled, so no call sees a cached answer (there is none, but
         # this also times realistic variety in how many groups tie or have zero spread).
         matrices = [bandit_like_rewards(num_groups, group_size, generator) for _ in range(64)]
@@ -195,10 +196,9 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     load_before = os.getloadavg()
 
-    selection = time_selection(args.select_calls)
-
     cfg = load_config(algo=args.algo, filter="none",
                       overrides=["probe.every=0", "rollout.max_new_tokens=16", *args.overrides])
+    selection = time_selection(args.select_calls, (cfg.rollout.num_groups, cfg.rollout.group_size))
     run = trainer.setup(cfg, Path(tempfile.mkdtemp(prefix="filter-overhead-")), quiet=True)
     batches = capture_rollouts()
     warmup = trainer.train_step(run)
