@@ -226,16 +226,13 @@ def dataset_rows(cfg: Config, split: str) -> list[dict]:
 def trainer_settings(cfg: Config, cluster: Cluster, run_dir: Path | None = None) -> dict:
     """What the trainer subclass needs (filter, stop policy, probe, batch unit, where to write the
     run's metrics.jsonl and summary.json), as plain JSON."""
-    from ragen2.trainer import filter_config, stop_config  # the local engine's builders
-
-    stop = stop_config(cfg)
     return {
         "version": 1,
         "group_size": cfg.rollout.group_size,
         "batch_unit": batch_unit(cfg, cluster),
-        "filter": filter_config(cfg).to_dict(),
-        "stop": {k: getattr(stop, k) for k in ("max_consecutive_skips", "collapse_baseline_steps",
-                                                "collapse_patience", "collapse_ratio")},
+        "filter": cfg.filter.to_dict(),
+        "stop": {k: getattr(cfg.stop, k) for k in ("max_consecutive_skips", "spread_baseline", "spread_patience",
+                                                    "spread_ratio")},
         "probe": json.loads(cfg.probe.model_dump_json()),
         "prefill": prefill_tag(cfg),
         "temperature": cfg.rollout.temperature,
