@@ -106,7 +106,7 @@ def test_bundled_suites_expand_to_their_documented_sizes():
     assert {c.config.algo.name for c in main} == {"ppo", "ragen2-dapo", "ragen2-grpo", "ragen2-dr-grpo"}
     # RAGEN-2's filter column: top-p 0.9 in softmax mode over the reward std, zero-spread groups kept
     kept = {(c.config.filter.strategy, c.config.filter.value, c.config.filter.top_p_mode, c.config.filter.metric)
-            for c in main if c.config.filter.preset == "ragen2-main"}
+            for c in main if c.config.filter_preset == "ragen2-main"}
     assert kept == {("top_p", 0.9, "softmax", "reward_std")}
     assert all(c.config.algo.kl_coef == 0.0 and c.config.algo.dual_clip == 3.0 for c in main)
     assert {c.config.env.name for c in main} == {"sokoban", "frozen_lake", "metamathqa", "countdown"}
