@@ -125,7 +125,7 @@ def test_bundled_suites_expand_to_their_documented_sizes():
     ({"seedz": [0]}, "unknown key(s) ['seedz']"),
     ({"matrices": [{"name": "a", "algos": ["ppo2"], "envs": [None]}]}, "unknown algo preset 'ppo2'"),
     ({"matrices": [{"name": "a", "algos": ["ppo"], "envs": [None], "overrides": ["rollout.top_p=2"]}]},
-     "rollout.top_p: Input should be less than or equal to 1"),
+     "rollout.top_p must be in (0, 1], got 2.0"),
     ({"overrides": ["trainer.total_stepz=2"]}, "trainer.total_stepz: unknown key"),
     ({"matrices": [{"name": "a", "algos": ["ppo"], "envs": [None], "baseline": "snr"}]},
      "baseline: 'snr' is not one of this matrix's treatments ['none']"),
