@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ragen2.config import Config, ConfigError
+from ragen2.rollout.config import RolloutConfig
 from ragen2.engines.openrlhf import OPENRLHF_VERSION
 
 LAUNCH_MODULE = "ragen2.engines.openrlhf.launch"
@@ -108,6 +109,10 @@ def unsupported(cfg: Config) -> list[str]:
                         "set model.dtype=bfloat16")
     if m.device not in ("auto", "cuda"):
         problems.append(f"model.device={m.device}: Ray places the models on GPUs; leave model.device=auto")
+    for key in ("stop_strings", "prefill_tag"):  # the agent's are fixed at the local rollout's defaults
+        if getattr(r, key) != getattr(RolloutConfig(), key):
+            problems.append(f"rollout.{key}={json.dumps(getattr(r, key))}: the OpenRLHF agent ends a turn at </answer> "
+                            f"and opens it with the format's tag; leave rollout.{key} at its default")
     if r.context != "full":
         problems.append("rollout.context=window: an OpenRLHF agent returns one token sequence per episode "
                         "(observation_tokens + action_ranges); window mode trains each turn as its own row")
