@@ -327,21 +327,17 @@ def _format_errors(error: ValidationError) -> str:
     lines = []
     for item in error.errors():
         loc = tuple(map(str, item["loc"]))
-        where = ".".join(loc)
-        message = item["msg"].removeprefix("Value error, ")
-        # pydantic sections report an unknown key as extra_forbidden, dataclass sections as
-        # unexpected_keyword_argument
+        where, message, section = ".".join(loc), item["msg"].removeprefix("Value error, "), _section_at(loc)
+        # an unknown key: extra_forbidden from a pydantic section, unexpected_keyword_argument from a dataclass
         if item["type"] in ("extra_forbidden", "unexpected_keyword_argument"):
             valid = _fields(_section_at(loc[:-1]))
             close = difflib.get_close_matches(loc[-1], valid, n=1)
             hint = f" (did you mean {'.'.join([*loc[:-1], close[0]])}?)" if close else ""
-            message = f"unknown key{hint}; valid keys: {sorted(valid)}"
-        elif item["type"] == "value_error" and dataclasses.is_dataclass(_section_at(loc)) \
-                and re.match(r"\w+", message)[0] in _fields(_section_at(loc)):
-            # a library dataclass's own check: its message starts with the field's name
-            lines.append(f"{where}.{message}")
-            continue
-        lines.append(f"{where}: {message}" if where else message)
+            lines.append(f"{where}: unknown key{hint}; valid keys: {sorted(valid)}")
+        elif dataclasses.is_dataclass(section) and re.match(r"\w*", message)[0] in _fields(section):
+            lines.append(f"{where}.{message}")  # a library's own check: its message starts with the field
+        else:
+            lines.append(f"{where}: {message}" if where else message)
     return "invalid config:\n  " + "\n  ".join(lines)
 
 
@@ -388,6 +384,8 @@ RENAMED = {
 
 def upgrade_saved(data: dict) -> dict:
     """A saved config (a run's config.yaml) with its keys as this version names them."""
+    if not isinstance(data, dict):
+        return data
     data = copy.deepcopy(data)
     for (section, key), targets in RENAMED.items():
         if not isinstance(data.get(section), dict) or key not in data[section]:
@@ -401,15 +399,9 @@ def upgrade_saved(data: dict) -> dict:
     return data
 
 
-def saved_config(text: str) -> Config:
+def saved_config(path: Path) -> Config:
     """The config a run directory's config.yaml holds, written by this version or an earlier one."""
-    try:
-        data = yaml.safe_load(text) or {}
-    except yaml.YAMLError as error:
-        raise ConfigError(f"config.yaml is not valid YAML: {error}") from None
-    if not isinstance(data, dict):
-        raise ConfigError("config.yaml: expected a mapping at the top level")
-    return build_config(upgrade_saved(data))
+    return build_config(upgrade_saved(_read_yaml(Path(path))))
 
 
 def _env_choice(env: str | None, overrides) -> str | None:

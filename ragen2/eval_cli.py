@@ -99,7 +99,7 @@ def _run_config(run_dir: Path, checkpoint: Path):
     saved = run_dir / "config.yaml"
     if not saved.is_file():
         raise EvalError(f"{checkpoint}: its run directory {run_dir} has no config.yaml, so the base model is unknown")
-    return saved_config(saved.read_text())
+    return saved_config(saved)
 
 
 def env_overrides(cfg, env_name: str, extra: list[str]) -> dict:

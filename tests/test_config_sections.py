@@ -97,7 +97,7 @@ def test_library_sections_are_frozen_and_change_by_replace():
 
 def test_a_config_yaml_of_the_earlier_layout_loads_with_its_keys_moved():
     old = yaml.safe_load(OLD_RUN_CONFIG.read_text())
-    cfg = saved_config(OLD_RUN_CONFIG.read_text())
+    cfg = saved_config(OLD_RUN_CONFIG)
     assert cfg.filter_preset == "snr-top-p"
     assert cfg.stop == snr.StopConfig(max_consecutive_skips=7, spread_baseline=4, spread_ratio=0.2, spread_patience=6,
                                       low_val_success=0.05, low_val_patience=3)
@@ -106,7 +106,7 @@ def test_a_config_yaml_of_the_earlier_layout_loads_with_its_keys_moved():
                                                         reward_std_baseline=5)
     assert cfg.filter == snr.load_preset("snr-top-p")
     assert cfg.env.name == "sokoban" and cfg.rollout.max_turns == old["rollout"]["max_turns"]
-    assert saved_config(cfg.to_yaml()) == cfg  # and the upgraded one is written in the new layout
+    assert build_config(yaml.safe_load(cfg.to_yaml())) == cfg  # and the upgraded one is written in the new layout
     assert "collapse_mi_fraction" not in cfg.to_yaml() and "\n  preset:" not in cfg.to_yaml()
     with pytest.raises(ConfigError, match="filter.max_consecutive_skips: unknown key"):
         build_config(old)  # only a saved run's config is upgraded; a fresh one names its keys as they are now

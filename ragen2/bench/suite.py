@@ -40,7 +40,7 @@ from pathlib import Path
 
 import yaml
 
-from ragen2.config import CONFIG_DIR, Config, ConfigError, load_config, saved_config
+from ragen2.config import CONFIG_DIR, Config, ConfigError, build_config, load_config, upgrade_saved
 
 SUITE_DIR = CONFIG_DIR / "bench"
 SUITE_KEYS = {"name": str, "description": str, "published": str, "baseline": str, "keep_final_checkpoint": bool,
@@ -310,10 +310,11 @@ def key_settings(cell: Cell) -> str:
 
 def config_difference(saved_yaml: str, cfg: Config) -> list[str]:
     """Dotted keys whose values differ between a saved config.yaml and `cfg` (for resume errors)."""
+    saved = yaml.safe_load(saved_yaml) or {}
     try:  # as this version reads it: renamed keys and fields added since are no difference
-        saved = json.loads(saved_config(saved_yaml).model_dump_json())
+        saved = json.loads(build_config(upgrade_saved(saved)).model_dump_json())
     except ConfigError:
-        saved = yaml.safe_load(saved_yaml) or {}
+        pass
     old = dict(i.split("=", 1) for i in flatten(saved))
     new = dict(i.split("=", 1) for i in flatten(json.loads(cfg.model_dump_json())))
     return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))

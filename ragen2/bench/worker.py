@@ -55,7 +55,7 @@ def run_cell(run_dir: Path, engine: str = "local", quiet: bool = False, cluster:
     """
     from ragen2.config import saved_config
 
-    cfg = saved_config((run_dir / "config.yaml").read_text())
+    cfg = saved_config(run_dir / "config.yaml")
     if engine == "openrlhf":
         options = {"nodes": 1, "gpus_per_node": 8, "vllm_tp": 1, **(cluster or {})}
         status = openrlhf_run()(cfg, run_dir, argparse.Namespace(dry_run=False, **options))

@@ -145,7 +145,7 @@ def saved_model_equals_engine_weights(run_dir: Path, engine_weights: Path) -> bo
 def saved_config(run: Run):
     from ragen2.config import saved_config
 
-    return saved_config((run.run_dir / "config.yaml").read_text())
+    return saved_config(run.run_dir / "config.yaml")
 
 
 def checkpoint_tags(run: Run) -> list[str]:
