@@ -207,8 +207,8 @@ def run_eval(args) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     started = time.perf_counter()
-    stats = evaluate_policy(policy, tokenizer, args.env, overrides, dataclasses.replace(cfg.rollout, temperature=temperature), num_groups,
-                            args.seed)
+    stats = evaluate_policy(policy, tokenizer, args.env, overrides,
+                            dataclasses.replace(cfg.rollout, temperature=temperature), num_groups, args.seed)
     result = {"target": args.target, "checkpoint": str(checkpoint) if checkpoint else None, "model": cfg.model.name,
               "env": args.env, "env_overrides": overrides, "group_size": group_size, "seed": args.seed,
               "temperature": temperature, "max_turns": cfg.rollout.max_turns,
