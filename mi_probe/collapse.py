@@ -55,17 +55,17 @@ class Alert:
 class CollapseDetectorConfig:
     """Thresholds of the three alarms (see the module doc).
 
-    mi_baseline          probes whose mean MI-ZScore-EMA (and entropy) is the early level.
-    mi_ratio             template collapse: MI below mi_ratio x its early level, in (0, 1) ...
-    mi_patience          ... for this many probes in a row ...
-    entropy_ratio        ... while entropy is still >= entropy_ratio x its early level.
-    reward_std_baseline  steps before the reward-std cliff is checked (and the "early" reference).
-    reward_std_ratio     cliff: reward std below reward_std_ratio x the reference ...
-    reward_std_patience  ... for this many steps in a row.
-    reward_std_reference max: the running max of earlier values; early: the baseline mean.
-    grad_norm_ratio      spike: gradient norm above grad_norm_ratio x the running median (> 1).
-    grad_norm_window     values in that running median.
-    grad_norm_min_history values needed before spikes are checked.
+    mi_baseline            probes whose mean MI-ZScore-EMA (and entropy) is the early level.
+    mi_ratio               template collapse: MI below mi_ratio x its early level, in (0, 1) ...
+    mi_patience            ... for this many probes in a row ...
+    entropy_ratio          ... while entropy is still >= entropy_ratio x its early level.
+    reward_std_baseline    steps before the reward-std cliff is checked (and the "early" reference).
+    reward_std_ratio       cliff: reward std below reward_std_ratio x the reference ...
+    reward_std_patience    ... for this many steps in a row.
+    reward_std_reference   max: the running max of earlier values; early: the baseline mean.
+    grad_norm_ratio        spike: gradient norm above grad_norm_ratio x the running median (> 1).
+    grad_norm_window       values in that running median.
+    grad_norm_min_history  values needed before spikes are checked.
     """
 
     mi_baseline: int = 3
