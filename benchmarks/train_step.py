@@ -208,7 +208,7 @@ def main() -> None:
         peaks["after_train_step"] = matmul_flops()
         if "update" not in args.skip:
             batch = rollout(models.policy, tokenizer, trainer.env_factory(cfg), trainer.step_seeds(cfg, 99),
-                            trainer.rollout_config(cfg), run.generator)
+                            cfg.rollout, run.generator)
             runs = []
             for _ in range(args.repeats):
                 runs.append(timed_update(run, batch, counter))

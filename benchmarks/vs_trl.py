@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import json
 import os
 import sys
@@ -57,6 +56,7 @@ GROUPS, GROUP_SIZE, MICRO, LR = 4, 4, 4, 1e-5
 def ragen2_config(args):
     return load_config(algo="grpo", overrides=[
         "model.device=cpu", f"env.name={args.env}", "filter.strategy=none", "algo.kl_coef=0", "probe.every=0",
+        "rollout.stop_strings=[]",  # no stop string: every reply runs to --new-tokens on both sides
         f"rollout.num_groups={GROUPS}", f"rollout.group_size={GROUP_SIZE}", f"rollout.max_new_tokens={args.new_tokens}",
         "rollout.temperature=1.0", "rollout.top_p=1.0", f"optim.mini_batch_size={GROUPS * GROUP_SIZE}",
         f"optim.micro_batch_size={MICRO}", "optim.ppo_epochs=1", f"optim.actor_lr={LR}", "optim.weight_decay=0",
@@ -64,18 +64,14 @@ def ragen2_config(args):
 
 
 def pin_ragen2_lengths(lengths: list[int]) -> None:
-    """No stop string and no EOS in ragen2's rollout, in this process only; record every length."""
-    rollout_config, generate = trainer.rollout_config, agent_loop.generate
-
-    def pinned_config(cfg, temperature=None):
-        return dataclasses.replace(rollout_config(cfg, temperature), stop_strings=())
+    """No EOS in ragen2's rollout, in this process only; record every length."""
+    generate = agent_loop.generate
 
     def recording_generate(*a, **kw):
         results = generate(*a, **kw)
         lengths.extend(len(r.token_ids) for r in results)
         return results
 
-    trainer.rollout_config = pinned_config
     agent_loop.eos_token_ids = lambda model, tokenizer: []
     agent_loop.generate = recording_generate
 

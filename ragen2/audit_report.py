@@ -88,7 +88,9 @@ def load_run(run_dir: Path) -> RunRecord:
     if (run_dir / "config.yaml").is_file():
         import yaml
 
-        config = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
+        from ragen2.config import upgrade_saved
+
+        config = upgrade_saved(yaml.safe_load((run_dir / "config.yaml").read_text()) or {})
     return RunRecord(run_dir, rows, events, config)
 
 
@@ -134,9 +136,7 @@ def spearman_table(rows: list[dict], target: str = SUCCESS_KEY, proxies=PROXIES)
 
 def detector_config(config: dict) -> mi_probe.CollapseDetectorConfig:
     probe = config.get("probe", {}) if isinstance(config, dict) else {}
-    return mi_probe.CollapseDetectorConfig(baseline_points=int(probe.get("collapse_baseline_probes", 3)),
-                                           mi_fraction=float(probe.get("collapse_mi_fraction", 0.5)),
-                                           mi_consecutive=int(probe.get("collapse_consecutive", 3)))
+    return mi_probe.CollapseDetectorConfig(**(probe.get("collapse") or {}))
 
 
 def collect_alerts(record: RunRecord) -> list[dict]:
@@ -366,7 +366,7 @@ def _summary(record: RunRecord, target: str) -> dict:
         "run_dir": str(record.run_dir),
         "steps": len(record.rows),
         "config": {"env": cfg.get("env", {}).get("name"), "algo": cfg.get("algo", {}).get("name"),
-                   "filter": cfg.get("filter", {}).get("preset"), "model": cfg.get("model", {}).get("name"),
+                   "filter": cfg.get("filter_preset"), "model": cfg.get("model", {}).get("name"),
                    "probe": cfg.get("probe", {})},
         "target": target,
         "series": series_summary(record.rows),

@@ -16,6 +16,7 @@ share its start and are not independent draws.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -25,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ragen2.config import ConfigError, build_config, load_config
+from ragen2.config import ConfigError, load_config, saved_config
 
 EVAL_STREAM = 555_000_111  # instance seeds apart from training (per step) and validation streams
 
@@ -95,12 +96,10 @@ def resolve_target(target: str):
 
 
 def _run_config(run_dir: Path, checkpoint: Path):
-    import yaml
-
     saved = run_dir / "config.yaml"
     if not saved.is_file():
         raise EvalError(f"{checkpoint}: its run directory {run_dir} has no config.yaml, so the base model is unknown")
-    return build_config(yaml.safe_load(saved.read_text()))
+    return saved_config(saved)
 
 
 def env_overrides(cfg, env_name: str, extra: list[str]) -> dict:
@@ -182,9 +181,7 @@ def run_eval(args) -> int:
         overrides = env_overrides(cfg, args.env, args.env_override)
         rollout_overrides = {"group_size": args.group_size, "max_turns": args.max_turns,
                              "max_new_tokens": args.max_new_tokens}
-        for key, value in rollout_overrides.items():
-            if value is not None:
-                setattr(cfg.rollout, key, value)
+        cfg.rollout = dataclasses.replace(cfg.rollout, **{k: v for k, v in rollout_overrides.items() if v is not None})
         if args.device:
             cfg.model.device = args.device
     except (EvalError, ConfigError, ValueError) as error:
@@ -192,7 +189,6 @@ def run_eval(args) -> int:
         return 2
     from ragen2 import models as model_lib
     from ragen2.engines import local
-    from ragen2.trainer import rollout_config
 
     group_size = cfg.rollout.group_size
     num_groups = math.ceil(args.episodes / group_size)
@@ -211,8 +207,8 @@ def run_eval(args) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     started = time.perf_counter()
-    stats = evaluate_policy(policy, tokenizer, args.env, overrides, rollout_config(cfg, temperature), num_groups,
-                            args.seed)
+    stats = evaluate_policy(policy, tokenizer, args.env, overrides,
+                            dataclasses.replace(cfg.rollout, temperature=temperature), num_groups, args.seed)
     result = {"target": args.target, "checkpoint": str(checkpoint) if checkpoint else None, "model": cfg.model.name,
               "env": args.env, "env_overrides": overrides, "group_size": group_size, "seed": args.seed,
               "temperature": temperature, "max_turns": cfg.rollout.max_turns,

@@ -25,7 +25,7 @@ from ragen2 import grad_decomp, precision
 from ragen2 import probe as probe_lib
 from ragen2.algos import advantages as adv_lib
 from ragen2.algos import losses
-from ragen2.config import Config, filter_config, rollout_config, stop_config  # noqa: F401 - re-exported
+from ragen2.config import Config
 from ragen2.engines import local
 from ragen2.interrupts import Interrupts, StepAbandoned, restore_rng, rng_snapshot
 from ragen2.progress import LiveLine
@@ -43,7 +43,6 @@ class Run:
     models: local.Models
     optimizers: local.Optimizers
     generator: torch.Generator
-    filter_config: snr.FilterConfig
     stop_policy: snr.StopPolicy
     probe: probe_lib.Probe
     log: RunLog
@@ -122,12 +121,12 @@ def train_step(run: Run) -> dict:
     step_started = time.perf_counter()
     with timer("rollout"), run.interrupts.abandonable():  # only the sampling RNG moves: safe to drop
         batch = rollout(models.policy, models.tokenizer, env_factory(cfg), step_seeds(cfg, run.step),
-                        rollout_config(cfg), run.generator, progress=run.live.rollout("rollout"))
+                        cfg.rollout, run.generator, progress=run.live.rollout("rollout"))
     metrics = batch.metrics()
     metrics.update(run.probe.maybe_run(run.step, models.policy, batch))  # timed on its own
     metrics.update(grad_decomp.maybe_decompose_prefilter(run, batch))  # probe.grad_prefilter: before the filter
     with timer("filter"):
-        selection = snr.select_groups(group_rewards(batch), run.filter_config)
+        selection = snr.select_groups(group_rewards(batch), cfg.filter)
     metrics.update(selection.metrics)
     run.completions = completions.pick(batch, cfg.trainer.log_completions, selection.kept.tolist())  # no RNG
     decision = run.stop_policy.observe(selection)
@@ -225,7 +224,8 @@ def validate(run: Run) -> dict:
     started = time.perf_counter()
     generator = torch.Generator().manual_seed(cfg.trainer.seed + VALIDATION_STREAM)
     metrics = evaluate(run.models.policy, run.models.tokenizer, env_factory(cfg, cfg.env.val_name),
-                       validation_seeds(cfg), rollout_config(cfg, cfg.trainer.val_temperature), generator,
+                       validation_seeds(cfg), dataclasses.replace(cfg.rollout, temperature=cfg.trainer.val_temperature),
+                       generator,
                        progress=run.live.rollout("validation"))
     metrics["time/validation_s"] = round(time.perf_counter() - started, 4)
     return metrics
@@ -279,7 +279,7 @@ def setup(cfg: Config, run_dir: Path, resume: bool = False, quiet: bool = False,
         cfg.model.dtype = str(precision.compute_dtype(models.policy)).removeprefix("torch.")
     optimizers = local.build_optimizers(models, cfg)
     generator = torch.Generator().manual_seed(cfg.trainer.seed)
-    run = Run(cfg, run_dir, models, optimizers, generator, filter_config(cfg), snr.StopPolicy(stop_config(cfg)),
+    run = Run(cfg, run_dir, models, optimizers, generator, snr.StopPolicy(cfg.stop),
               probe_lib.Probe(cfg.probe, models.tokenizer), log=None,  # type: ignore[arg-type]
               watch=probe_lib.CollapseWatch(cfg.probe), interrupts=Interrupts(quiet=quiet),
               live=LiveLine(enabled=LiveLine.wanted(quiet)))
@@ -417,5 +417,5 @@ def summarise(rows: list[dict], stop_reason, wall_s: float, run: Run) -> dict:
         "best_val_success_rate": max(r["val/success_rate"] for r in val) if val else None,
         "nonfinite_skips": run.nonfinite_skips,
         "wall_s_this_session": round(wall_s, 1),
-        "config": dataclasses.asdict(run.filter_config) | {"algo": run.cfg.algo.name, "env": run.cfg.env.name},
+        "config": dataclasses.asdict(run.cfg.filter) | {"algo": run.cfg.algo.name, "env": run.cfg.env.name},
     }

@@ -109,7 +109,7 @@ def test_bundled_suites_expand_to_their_documented_sizes():
     assert {c.config.algo.name for c in main} == {"ppo", "ragen2-dapo", "ragen2-grpo", "ragen2-dr-grpo"}
     # RAGEN-2's filter column: top-p 0.9 in softmax mode over the reward std, zero-spread groups kept
     kept = {(c.config.filter.strategy, c.config.filter.value, c.config.filter.top_p_mode, c.config.filter.metric)
-            for c in main if c.config.filter.preset == "ragen2-main"}
+            for c in main if c.config.filter_preset == "ragen2-main"}
     assert kept == {("top_p", 0.9, "softmax", "reward_std")}
     assert all(c.config.algo.kl_coef == 0.0 and c.config.algo.dual_clip == 3.0 for c in main)
     assert {c.config.env.name for c in main} == {"sokoban", "frozen_lake", "metamathqa", "countdown"}
@@ -126,7 +126,7 @@ def test_bundled_suites_expand_to_their_documented_sizes():
     assert suite.validate_before and [(c.filter, c.seed) for c in experiment[:3]] == [
         ("none", 0), ("starpo-s", 0), ("snr-top-p", 0)]
     assert {(c.config.trainer.total_steps, c.config.rollout.num_groups, c.config.rollout.group_size,
-             c.config.filter.max_consecutive_skips, c.config.filter.collapse_patience) for c in experiment} == {
+             c.config.stop.max_consecutive_skips, c.config.stop.spread_patience) for c in experiment} == {
         (6, 4, 4, 0, 0)}
 
 
@@ -136,7 +136,7 @@ def test_bundled_suites_expand_to_their_documented_sizes():
     ({"seedz": [0]}, "unknown key(s) ['seedz']"),
     ({"matrices": [{"name": "a", "algos": ["ppo2"], "envs": [None]}]}, "unknown algo preset 'ppo2'"),
     ({"matrices": [{"name": "a", "algos": ["ppo"], "envs": [None], "overrides": ["rollout.top_p=2"]}]},
-     "rollout.top_p: Input should be less than or equal to 1"),
+     "rollout.top_p must be in (0, 1], got 2.0"),
     ({"overrides": ["trainer.total_stepz=2"]}, "trainer.total_stepz: unknown key"),
     ({"matrices": [{"name": "a", "algos": ["ppo"], "envs": [None], "baseline": "snr"}]},
      "baseline: 'snr' is not one of this matrix's treatments ['none']"),

@@ -50,7 +50,7 @@ from pathlib import Path
 
 import yaml
 
-from ragen2.config import CONFIG_DIR, Config, ConfigError, load_config
+from ragen2.config import CONFIG_DIR, Config, ConfigError, build_config, load_config, upgrade_saved
 
 SUITE_DIR = CONFIG_DIR / "bench"
 SUITE_KEYS = {"name": str, "description": str, "published": str, "baseline": str, "keep_final_checkpoint": bool,
@@ -58,7 +58,7 @@ SUITE_KEYS = {"name": str, "description": str, "published": str, "baseline": str
 MATRIX_KEYS = {"name": str, "algos": list, "filters": list, "envs": list, "seeds": list, "models": list,
                "variants": dict, "overrides": list, "baseline": str, "compare": str}
 COMPARE = ("filter", "algo")  # what a matrix's table compares side by side within an env
-SCALE_SECTIONS_IGNORED = ("algo", "filter")  # the matrix chooses these
+SCALE_SECTIONS_IGNORED = ("algo", "filter", "filter_preset")  # the matrix chooses these
 # A run keeps only its newest checkpoint (a 135M checkpoint is ~1.5 GB): enough to resume.
 BENCH_DEFAULTS = ("trainer.keep_last=1",)
 
@@ -273,7 +273,7 @@ def expand(suite: Suite, out: Path, extra_overrides: list[str] = ()) -> list[Cel
                                  f"variant={variant or '-'} seed={seed}: {error}") from None
             matrix_cells.append(Cell(
                 name="", matrix=matrix["name"], env=_label(env, cfg.env.name), algo=_label(algo, cfg.algo.name),
-                filter=_label(filter_name, cfg.filter.preset), variant=variant, model=_model_label(cfg.model.name),
+                filter=_label(filter_name, cfg.filter_preset), variant=variant, model=_model_label(cfg.model.name),
                 seed=seed, compare=matrix.get("compare", "filter"), overrides=overrides, presets=presets, config=cfg,
                 run_dir=Path(), baseline=""))
         treatments = list(dict.fromkeys(c.treatment for c in matrix_cells))
@@ -321,6 +321,11 @@ def key_settings(cell: Cell) -> str:
 
 def config_difference(saved_yaml: str, cfg: Config) -> list[str]:
     """Dotted keys whose values differ between a saved config.yaml and `cfg` (for resume errors)."""
-    old = dict(i.split("=", 1) for i in flatten(yaml.safe_load(saved_yaml) or {}))
+    saved = yaml.safe_load(saved_yaml) or {}
+    try:  # as this version reads it: renamed keys and fields added since are no difference
+        saved = json.loads(build_config(upgrade_saved(saved)).model_dump_json())
+    except ConfigError:
+        pass
+    old = dict(i.split("=", 1) for i in flatten(saved))
     new = dict(i.split("=", 1) for i in flatten(json.loads(cfg.model_dump_json())))
     return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))

@@ -59,11 +59,9 @@ def run_cell(run_dir: Path, engine: str = "local", quiet: bool = False, cluster:
     `validate_before` (local engine only) validates the untrained model first, once: a cell
     resumed from a checkpoint has trained already, and a saved validation is not repeated.
     """
-    import yaml
+    from ragen2.config import saved_config
 
-    from ragen2.config import build_config
-
-    cfg = build_config(yaml.safe_load((run_dir / "config.yaml").read_text()))
+    cfg = saved_config(run_dir / "config.yaml")
     if engine == "openrlhf":
         options = {"nodes": 1, "gpus_per_node": 8, "vllm_tp": 1, **(cluster or {})}
         status = openrlhf_run()(cfg, run_dir, argparse.Namespace(dry_run=False, **options))

@@ -178,6 +178,8 @@ def test_batch_unit_is_the_lcm_of_the_global_batch_and_the_data_parallel_micro_b
     (["model.name=m"], Cluster(), "model.dtype=float32"),
     (["model.name=m", "model.device=cpu"], Cluster(), "model.device=cpu"),
     (["model.name=m", "rollout.context=window"], Cluster(), "rollout.context=window"),
+    (["model.name=m", "rollout.stop_strings=[]"], Cluster(), "rollout.stop_strings=[]"),
+    (["model.name=m", "rollout.prefill_tag=false"], Cluster(), "rollout.prefill_tag=false"),
     (["model.name=m", "algo.advantage=bilevel_gae"], Cluster(), "algo.advantage=bilevel_gae"),
     (["model.name=m", "algo.advantage=gae", "rollout.max_turns=3", "algo.gamma=0.99"], Cluster(), "algo.gamma=0.99"),
     (["model.name=m", "algo.loss_agg=seq-mean-token-sum"], Cluster(), "algo.loss_agg=seq-mean-token-sum"),
