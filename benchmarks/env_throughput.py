@@ -12,18 +12,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import envs  # noqa: E402
-from envs.parsing import format_response  # noqa: E402
+import envs
+from envs.parsing import format_response
+from ragen2.bench.machine import machine_info
 
 
 def measure_env(name: str, seconds: float) -> dict:
@@ -64,7 +60,7 @@ def main() -> None:
 
     names = [n for n in args.envs.split(",") if n] or [entry.name for entry in envs.specs()]
     result = {
-        "machine": {"python": platform.python_version(), "processor": platform.machine()},
+        "machine": machine_info(with_torch=False),
         "envs": {},
     }
     for name in names:

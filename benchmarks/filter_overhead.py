@@ -32,21 +32,18 @@ import argparse
 import copy
 import json
 import os
-import platform
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import snr  # noqa: E402
-from ragen2 import trainer  # noqa: E402
-from ragen2.config import load_config  # noqa: E402
-from ragen2.engines import local  # noqa: E402
+import snr
+from ragen2 import trainer
+from ragen2.bench.machine import machine_info
+from ragen2.config import load_config
+from ragen2.engines import local
 
 SHAPES = [(4, 4), (8, 16), (64, 16), (128, 16)]  # CPU default, then paper-scale [P, G]
 PRESETS = ["starpo-s", "snr-top-p", "snr-top-k", "snr-min-p"]
@@ -60,10 +57,11 @@ def bandit_like_rewards(num_groups: int, group_size: int, generator: torch.Gener
                        torch.where(choice == 1, torch.full_like(risky, 0.1), risky))
 
 
-def time_selection(calls: int) -> list[dict]:
+def time_selection(calls: int, run_shape: tuple[int, int]) -> list[dict]:
     generator = torch.Generator().manual_seed(0)
     results = []
-    for num_groups, group_size in SHAPES:
+    # the run's own shape too, when an override moved it off the list: the verdict compares at it
+    for num_groups, group_size in dict.fromkeys([*SHAPES, run_shape]):
         # Many distinct matrices, cycled, so no call sees a cached answer (there is none, but
         # this also times realistic variety in how many groups tie or have zero spread).
         matrices = [bandit_like_rewards(num_groups, group_size, generator) for _ in range(64)]
@@ -198,10 +196,9 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     load_before = os.getloadavg()
 
-    selection = time_selection(args.select_calls)
-
     cfg = load_config(algo=args.algo, filter="none",
                       overrides=["probe.every=0", "rollout.max_new_tokens=16", *args.overrides])
+    selection = time_selection(args.select_calls, (cfg.rollout.num_groups, cfg.rollout.group_size))
     run = trainer.setup(cfg, Path(tempfile.mkdtemp(prefix="filter-overhead-")), quiet=True)
     batches = capture_rollouts()
     warmup = trainer.train_step(run)
@@ -213,9 +210,7 @@ def main() -> None:
                                                                            cfg.rollout.group_size])
     update = time_update_vs_kept(run, batch, args.repeats)
     print(dumps({
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-                    "load_avg_start": [round(x, 2) for x in load_before],
-                    "load_avg_end": [round(x, 2) for x in os.getloadavg()]},
+        "machine": {**machine_info(), "load_avg_start": [round(x, 2) for x in load_before]},
         "config": {"algo": cfg.algo.name, "advantage": cfg.algo.advantage, "num_groups": cfg.rollout.num_groups,
                    "group_size": cfg.rollout.group_size, "max_new_tokens": cfg.rollout.max_new_tokens,
                    "micro_batch_size": cfg.optim.micro_batch_size, "mini_batch_size": cfg.optim.mini_batch_size},

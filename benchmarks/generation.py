@@ -4,7 +4,7 @@
                                     [--threads N] [--skip-single] [--skip-early-stop]
 
 0. Side by side in one run, alternating: `generate` (fast backend: our forward over a
-   preallocated cache), `generate(backend="hf")` (the loop before issue 16: the model's own
+   preallocated cache), `generate(backend="hf")` (the rollout's earlier loop: the model's own
    forward with a KV cache) and Hugging Face `model.generate` (sampling, exactly N tokens each),
    each also with 1 new token to split prefill from decode.
 
@@ -25,17 +25,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from ragen2 import precision  # noqa: E402
-from ragen2.rollout.generation import generate, generate_one_at_a_time  # noqa: E402
+from ragen2 import precision
+from ragen2.bench.machine import machine_info
+from ragen2.rollout.generation import generate, generate_one_at_a_time
 
 
 def smollm2_architecture():
@@ -102,13 +99,6 @@ def hf_generate(model, prompts, *, max_new_tokens, generator=None, pad_token_id=
     return [GenerationResult(token_ids=row[longest:].tolist()) for row in out]
 
 
-def _cpu_name() -> str:
-    cpuinfo = Path("/proc/cpuinfo")
-    lines = cpuinfo.read_text().splitlines() if cpuinfo.is_file() else []
-    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")),
-                platform.processor() or "unknown CPU")
-
-
 def timed(fn, *args, **kwargs):
     started = time.perf_counter()
     out = fn(*args, **kwargs)
@@ -149,7 +139,7 @@ def main() -> None:
         return best
 
     n, b, r = args.new_tokens, args.batch, args.repeats
-    hf_backend = lambda *a, **k: generate(*a, backend="hf", **k)  # noqa: E731 - the pre-issue-16 loop
+    hf_backend = lambda *a, **k: generate(*a, backend="hf", **k)  # noqa: E731 - the earlier loop
     # Each side alternates with the others inside one repeat, so a busy spell hits all of them.
     best: dict[str, float] = {}
     for _ in range(r):
@@ -170,9 +160,7 @@ def main() -> None:
     report = {
         "model": model_name,
         "model_load_s": round(load_s, 2),
-        "torch_threads": torch.get_num_threads(),
-        "machine": f"{platform.machine()}, torch {torch.__version__}, {_cpu_name()}, "
-                   f"bf16 units: {precision.cpu_bf16_flags() or 'none'}",
+        "machine": machine_info(),
         "dtype": args.dtype,
         "batch": b,
         "new_tokens_each": n,

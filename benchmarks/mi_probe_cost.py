@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import tempfile
 import time
@@ -30,13 +29,12 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import mi_probe  # noqa: E402
-from ragen2 import probe as probe_lib  # noqa: E402
-from ragen2 import trainer  # noqa: E402
-from ragen2.config import ProbeSection, load_config  # noqa: E402
-from ragen2.engines import local  # noqa: E402
+import mi_probe
+from ragen2 import probe as probe_lib
+from ragen2 import trainer
+from ragen2.bench.machine import machine_info
+from ragen2.config import ProbeSection, load_config
+from ragen2.engines import local
 
 
 def timed(fn, *args, **kwargs):
@@ -102,7 +100,7 @@ def main() -> int:
     reasoning_tokens = [len(z) for z in reasonings]
     step_s_reported = step_metrics["time/step_s"]
     out = {
-        "machine": {"platform": platform.platform(), "torch": torch.__version__, "threads": args.threads},
+        "machine": machine_info(),
         "model": "SmolLM2-135M-Instruct (bundled), fp32, CPU",
         "batch": {"groups": args.groups, "group_size": args.group_size, "rows": len(batch),
                   "padded_width": int(ids.shape[1]), "tokens": batch.num_tokens,

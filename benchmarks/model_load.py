@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import sys
@@ -21,12 +20,11 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import torch
+import transformers
 
-import torch  # noqa: E402
-import transformers  # noqa: E402
-
-from ragen2 import models  # noqa: E402
+from ragen2 import models
+from ragen2.bench.machine import machine_info
 
 PROMPT = [
     {"role": "system", "content": "You're a helpful assistant. "},
@@ -84,10 +82,8 @@ def main(argv=None) -> int:
             "chat_template_equal_gguf": tokenizer.chat_template == gguf_tokenizer.chat_template,
             "logits_max_abs_diff_vs_gguf": (cached_logits - gguf_logits).abs().max().item(),
             "logits_max_abs": gguf_logits.abs().max().item(),
-            "torch": torch.__version__,
             "transformers": transformers.__version__,
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
+            "machine": machine_info(),
         }
     finally:
         if temporary:

@@ -1,4 +1,4 @@
-"""fp32 against bf16 mixed precision on this machine (issue 19); prints JSON.
+"""fp32 against bf16 mixed precision on this machine; prints JSON.
 
     python benchmarks/precision.py [--batch 16] [--new-tokens 64] [--update-rows 4] [--update-len 256]
                                    [--repeats 2] [--random-init] [--threads N]
@@ -19,29 +19,16 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import platform
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from generation import build_prompts, load_model  # noqa: E402
-
-from ragen2 import precision  # noqa: E402
-from ragen2.engines import local  # noqa: E402
-from ragen2.rollout.generation import generate  # noqa: E402
-
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").is_file() else []:
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
+from generation import build_prompts, load_model
+from ragen2 import precision
+from ragen2.bench.machine import machine_info
+from ragen2.engines import local
+from ragen2.rollout.generation import generate
 
 
 def time_update(model, rows: int, length: int) -> float:
@@ -111,8 +98,7 @@ def main() -> None:
     sampled = {name: sum(len(r.token_ids) for r in results[name]) for name in variants}
     report = {
         "benchmark": "precision",
-        "machine": {"cpu": cpu_name(), "bf16_flags": flags, "threads": torch.get_num_threads(),
-                    "torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability()},
+        "machine": machine_info(),
         "model": model_name,
         "matmul_1024_gflops": {name: round(value, 1) for name, value in gflops.items()},
         "auto_picks": {"dtype": choice.dtype, "reason": choice.reason},

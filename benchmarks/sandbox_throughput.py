@@ -18,8 +18,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -29,10 +27,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from envs import sandbox  # noqa: E402
-from envs.sandbox import run_python  # noqa: E402
+from envs import sandbox
+from envs.sandbox import run_python
+from ragen2.bench.machine import machine_info
 
 PROGRAM = "print(1)"
 
@@ -104,13 +101,6 @@ def deepcoder_steps(seconds: float, runner=None) -> dict:
     return {"steps": steps, "steps_per_s": round(steps / elapsed, 2), "tests_per_s": round(tests / elapsed, 2)}
 
 
-def cpu_name() -> str:
-    try:
-        return next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or "unknown"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0, help="time budget per measurement")
@@ -124,9 +114,8 @@ def main() -> None:
     sandbox._SLOTS = threading.BoundedSemaphore(max(threads + [2]))
 
     sandbox_once()  # warm the page cache (and the root's plan) before timing
-    report: dict = {"machine": platform.machine(), "cpu": cpu_name(), "cpus": os.cpu_count(),
-                    "mode": sandbox.sandbox_mode(), "memory_guard": run_python(PROGRAM).memory_guard,
-                    "python": platform.python_version(), "seconds_per_measurement": args.seconds}
+    report: dict = {"machine": machine_info(with_torch=False), "mode": sandbox.sandbox_mode(),
+                    "memory_guard": run_python(PROGRAM).memory_guard, "seconds_per_measurement": args.seconds}
     if args.baseline:
         old = load_baseline(args.baseline)
         old._SLOTS = sandbox._SLOTS

@@ -1,18 +1,19 @@
 """Rooms per second: our generators against gym-sokoban's, same settings, same run.
 
-    python benchmarks/sokoban_generation.py [--seconds 2]
+    python benchmarks/sokoban_generation.py [--seconds 2] [--room-utils PATH]
 
 Prints JSON. Settings are the registered `sokoban` (6x6, 1 box, search_depth 300) and
 `larger_sokoban` (8x8, 2 boxes, search_depth 10) configs. `ours` is the reverse-BFS
 generator (`generator="reverse_bfs"`); `ragen_default` is the default generator, RAGEN-2's
 algorithm (`envs.sokoban_ragen`, including its BFS for the shortest solution). Their room
-difficulty is compared by benchmarks/sokoban_difficulty.py.
+difficulty is compared by scripts/sokoban_difficulty.py.
 
 The reference is gym-sokoban's own `envs/room_utils.py` (PyPI `gym-sokoban`), loaded as a
 file so that its package `__init__` (which imports old `gym`) is not needed: it only needs
-numpy, so it runs in this interpreter beside ours. It is found through
-$GYM_SOKOBAN_ROOM_UTILS, an importable `gym_sokoban`, or a venv at /tmp/gymsok-venv
-(`python -m venv /tmp/gymsok-venv && /tmp/gymsok-venv/bin/pip install gym-sokoban`).
+numpy, so it runs in this interpreter beside ours. It is found through `--room-utils PATH`,
+$GYM_SOKOBAN_ROOM_UTILS, an importable `gym_sokoban` (in any venv: `pip install gym-sokoban`),
+or else fetched with `pip download --no-deps` into the ragen2 cache (~/.cache/ragen2 or
+$RAGEN2_CACHE) without installing it.
 Two reference numbers per setting:
 
 - `gym_sokoban`: its `generate_room` as shipped. Its search ignores `search_depth` (the
@@ -30,11 +31,9 @@ state per room (numpy Generator for ours, `random.seed` + `np.random.seed` for g
 from __future__ import annotations
 
 import argparse
-import glob
 import importlib.util
 import json
 import os
-import platform
 import random
 import sys
 import time
@@ -42,31 +41,31 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from envs.sokoban import VARIANTS  # noqa: E402
-from envs.sokoban_generator import generate_room, num_walk_steps  # noqa: E402
-from envs.sokoban_ragen import generate_ragen_room  # noqa: E402
+from envs.sokoban import VARIANTS
+from envs.sokoban_generator import generate_room, num_walk_steps
+from envs.sokoban_ragen import generate_ragen_room
+from ragen2.bench.machine import machine_info
 
 SETTING_VARIANTS = {"6x6_1box": "sokoban", "8x8_2box": "larger_sokoban"}
 REFERENCE_VERSION = "0.0.6"
-DEFAULT_VENV_GLOB = "/tmp/gymsok-venv/lib/python*/site-packages/gym_sokoban/envs/room_utils.py"
 
 
-def find_reference() -> tuple[Path | None, str]:
-    """Path of gym-sokoban's room_utils.py, or None with the reason."""
-    explicit = os.environ.get("GYM_SOKOBAN_ROOM_UTILS")
-    if explicit:
-        return (Path(explicit), "from $GYM_SOKOBAN_ROOM_UTILS") if Path(explicit).is_file() else (
-            None, f"$GYM_SOKOBAN_ROOM_UTILS={explicit} is not a file")
+def find_reference(room_utils: str | None = None) -> tuple[Path | None, str]:
+    """Path of gym-sokoban's room_utils.py, or None with the reason.
+
+    In order: the given path (--room-utils), $GYM_SOKOBAN_ROOM_UTILS, an importable
+    gym_sokoban, a copy fetched with `pip download` into the ragen2 cache.
+    """
+    for explicit, origin in ((room_utils, "--room-utils"),
+                             (os.environ.get("GYM_SOKOBAN_ROOM_UTILS"), "$GYM_SOKOBAN_ROOM_UTILS")):
+        if explicit:
+            return (Path(explicit), f"from {origin}") if Path(explicit).is_file() else (
+                None, f"{origin} {explicit} is not a file")
     spec = importlib.util.find_spec("gym_sokoban")  # locates the package without running its __init__
     if spec is not None and spec.submodule_search_locations:
         candidate = Path(next(iter(spec.submodule_search_locations))) / "envs" / "room_utils.py"
         if candidate.is_file():
             return candidate, "importable gym_sokoban"
-    matches = sorted(glob.glob(DEFAULT_VENV_GLOB))
-    if matches:
-        return Path(matches[-1]), "venv at /tmp/gymsok-venv"
     return download_reference()
 
 
@@ -200,12 +199,12 @@ def measure_reference(module, dim_x: int, dim_y: int, num_boxes: int, search_dep
     return _time_rooms(one, seconds)
 
 
-def measure(seconds_per_setting: float = 2.0) -> dict:
+def measure(seconds_per_setting: float = 2.0, room_utils: str | None = None) -> dict:
     """Rooms/s of ours and of gym-sokoban's generator, for each setting; returns the JSON dict."""
-    path, status = find_reference()
+    path, status = find_reference(room_utils)
     module = load_reference(path) if path is not None else None
     report = {
-        "python": platform.python_version(),
+        "machine": machine_info(with_torch=False),
         "numpy": np.__version__,
         "seconds_per_setting": seconds_per_setting,
         "reference": {
@@ -242,8 +241,10 @@ def measure(seconds_per_setting: float = 2.0) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=2.0, help="timing budget per generator and setting")
+    parser.add_argument("--room-utils", metavar="PATH",
+                        help="gym-sokoban's gym_sokoban/envs/room_utils.py (default: found or downloaded, see above)")
     args = parser.parse_args()
-    print(json.dumps(measure(args.seconds), indent=2))
+    print(json.dumps(measure(args.seconds, args.room_utils), indent=2))
 
 
 if __name__ == "__main__":

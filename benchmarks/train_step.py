@@ -13,7 +13,7 @@ Prints one JSON object:
   real (non-pad) token of every row in every forward of the update (prompt and environment
   text included, not only the sampled tokens) x PPO epochs. Two MFUs:
     mfu           = 6 * N * tokens / seconds / peak, N = all parameters (the tied embedding /
-                    LM head counted once): the issue's formula. It counts the LM head on every
+                    LM head counted once): the usual 6·N·D estimate. It counts the LM head on every
                     token, but the engine runs the head only on the positions that predict a
                     sampled token, so this credits work that was skipped.
     mfu_executed  = (6 * (N - V*H) * fed_tokens + 6 * V*H * head_rows) / seconds / peak: the
@@ -23,7 +23,7 @@ Prints one JSON object:
   (`generate_one_at_a_time`), lengths pinned (no stop strings, no EOS: every sequence gets
   exactly `--gen-new-tokens`), tokens/s and their ratio; the 1-token runs show the prefill share.
 
-Everything runs on a shared 2-core machine: compare numbers from one run, and read `load_avg`.
+Other work on the machine moves the numbers: compare figures from one run, and read the load averages.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -39,17 +38,16 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import envs  # noqa: E402
-from envs.prompt import first_turn_messages  # noqa: E402
-from ragen2 import models as model_lib  # noqa: E402
-from ragen2 import seeding, trainer  # noqa: E402
-from ragen2.config import load_config  # noqa: E402
-from ragen2.engines import local  # noqa: E402
-from ragen2.rollout import rollout  # noqa: E402
-from ragen2.rollout.chat import ChatFormat  # noqa: E402
-from ragen2.rollout.generation import shared_prefix_length, generate, generate_one_at_a_time  # noqa: E402
+import envs
+from envs.prompt import first_turn_messages
+from ragen2 import models as model_lib
+from ragen2 import seeding, trainer
+from ragen2.bench.machine import machine_info
+from ragen2.config import load_config
+from ragen2.engines import local
+from ragen2.rollout import rollout
+from ragen2.rollout.chat import ChatFormat
+from ragen2.rollout.generation import shared_prefix_length, generate, generate_one_at_a_time
 
 MATMUL_N = 2048
 
@@ -189,8 +187,7 @@ def main() -> None:
     if cfg.algo.uses_critic or cfg.algo.kl_coef > 0:
         models = local.build_models(cfg)  # critic / reference as the config asks
     counter = ForwardCounter(models.policy)
-    report = {"machine": f"{platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}",
-              "torch_threads": torch.get_num_threads(), "model": f"{cfg.model.name} ({cfg.model.dtype})",
+    report = {"machine": machine_info(), "model": f"{cfg.model.name} ({cfg.model.dtype})",
               "model_load_s": round(load_s, 2), "load_avg_at_start": os.getloadavg()[0],
               "config": {"algo": cfg.algo.name, "env": cfg.env.name, "groups_x_size":
                          f"{cfg.rollout.num_groups}x{cfg.rollout.group_size}",
@@ -211,7 +208,7 @@ def main() -> None:
         peaks["after_train_step"] = matmul_flops()
         if "update" not in args.skip:
             batch = rollout(models.policy, tokenizer, trainer.env_factory(cfg), seeding.step_seeds(cfg, 99),
-                            trainer.rollout_config(cfg), run.generator)
+                            cfg.rollout, run.generator)
             runs = []
             for _ in range(args.repeats):
                 runs.append(timed_update(run, batch, counter))

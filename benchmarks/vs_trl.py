@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import json
 import os
 import sys
@@ -42,15 +41,14 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from envs.prompt import first_turn_messages  # noqa: E402
-from ragen2 import models as model_lib  # noqa: E402
-from ragen2 import seeding, trainer  # noqa: E402
-from ragen2.config import load_config  # noqa: E402
-from ragen2.engines import local  # noqa: E402
-from ragen2.rollout import agent_loop  # noqa: E402
-from ragen2.rollout.chat import ChatFormat  # noqa: E402
+from envs.prompt import first_turn_messages
+from ragen2 import models as model_lib
+from ragen2 import seeding, trainer
+from ragen2.bench.machine import machine_info
+from ragen2.config import load_config
+from ragen2.engines import local
+from ragen2.rollout import agent_loop
+from ragen2.rollout.chat import ChatFormat
 
 GROUPS, GROUP_SIZE, MICRO, LR = 4, 4, 4, 1e-5
 
@@ -58,6 +56,7 @@ GROUPS, GROUP_SIZE, MICRO, LR = 4, 4, 4, 1e-5
 def ragen2_config(args):
     return load_config(algo="grpo", overrides=[
         "model.device=cpu", f"env.name={args.env}", "filter.strategy=none", "algo.kl_coef=0", "probe.every=0",
+        "rollout.stop_strings=[]",  # no stop string: every reply runs to --new-tokens on both sides
         f"rollout.num_groups={GROUPS}", f"rollout.group_size={GROUP_SIZE}", f"rollout.max_new_tokens={args.new_tokens}",
         "rollout.temperature=1.0", "rollout.top_p=1.0", f"optim.mini_batch_size={GROUPS * GROUP_SIZE}",
         f"optim.micro_batch_size={MICRO}", "optim.ppo_epochs=1", f"optim.actor_lr={LR}", "optim.weight_decay=0",
@@ -65,18 +64,14 @@ def ragen2_config(args):
 
 
 def pin_ragen2_lengths(lengths: list[int]) -> None:
-    """No stop string and no EOS in ragen2's rollout, in this process only; record every length."""
-    rollout_config, generate = trainer.rollout_config, agent_loop.generate
-
-    def pinned_config(cfg, temperature=None):
-        return dataclasses.replace(rollout_config(cfg, temperature), stop_strings=())
+    """No EOS in ragen2's rollout, in this process only; record every length."""
+    generate = agent_loop.generate
 
     def recording_generate(*a, **kw):
         results = generate(*a, **kw)
         lengths.extend(len(r.token_ids) for r in results)
         return results
 
-    trainer.rollout_config = pinned_config
     agent_loop.eos_token_ids = lambda model, tokenizer: []
     agent_loop.generate = recording_generate
 
@@ -226,9 +221,9 @@ def main() -> dict:
     report = {
         "work": {"prompts": GROUPS, "completions_per_prompt": GROUP_SIZE, "completion_tokens": args.new_tokens,
                  "env": args.env, "micro_batch": MICRO, "optimizer_steps_per_step": 1,
-                 "model": "SmolLM2-135M-Instruct fp32 CPU", "torch_threads": torch.get_num_threads()},
-        "versions": {"torch": torch.__version__, "trl": __import__("trl").__version__,
-                     "transformers": __import__("transformers").__version__},
+                 "model": "SmolLM2-135M-Instruct fp32 CPU"},
+        "machine": machine_info(),
+        "versions": {"trl": __import__("trl").__version__, "transformers": __import__("transformers").__version__},
         "ragen2_best": rounded(ours_best), "trl_best": rounded(trl_best),
         "ragen2_steps_s": [round(s["step_s"], 2) for s in callback.ours_steps],
         "trl_steps_s": [round(s["step_s"], 2) for s in callback.trl_steps],
@@ -236,7 +231,6 @@ def main() -> dict:
         "pairwise_ratios": [round(o["step_s"] / t["step_s"], 3)
                             for o, t in zip(callback.ours_steps[1:], callback.trl_steps[1:])],
         "target_ratio": 0.8,
-        "load_avg": os.getloadavg()[0],
     }
     return report
 

@@ -6,7 +6,7 @@ more than the 10-action budget. "reverse_bfs" is our breadth-first reverse-play 
 (`envs.sokoban_generator`): every room is solvable within `search_depth` actions and comes
 with an optimal solution, but rooms are harder (5.8 moves, 9% over the budget): it takes
 the best-scoring state among all states within `search_depth`, where RAGEN-2 takes the first
-best one its depth-first search meets (benchmarks/sokoban_difficulty.py prints both). Rewards follow gym-sokoban, which RAGEN uses:
+best one its depth-first search meets (scripts/sokoban_difficulty.py prints both). Rewards follow gym-sokoban, which RAGEN uses:
 -0.1 per action, +1 for pushing a box onto a target, -1 for pushing one off, +10 when every
 box is on a target (the episode then terminates with success). Moving into a wall, or into
 a box that cannot move, is a no-op that still costs the step penalty.

@@ -1,6 +1,6 @@
 """Shortest Sokoban solutions by breadth-first search over (player, box cells) states.
 
-Used to measure room difficulty (benchmarks/sokoban_difficulty.py) and to give rooms whose
+Used to measure room difficulty (scripts/sokoban_difficulty.py) and to give rooms whose
 generator does not know its shortest solution (RAGEN-2's) a reference solution. Cells are
 flat row-major indices (cell = row * dim_y + col) and the room has a wall border, so a step
 from a floor cell never leaves the grid. Moves are tried Up, Down, Left, Right, the action

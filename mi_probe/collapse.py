@@ -3,24 +3,29 @@
 Three alarms, each firing once per excursion (it re-arms only after the series
 is back on the healthy side of its threshold):
 
-* ``template_collapse``: MI-ZScore-EMA stays below ``mi_fraction`` x its early
-  level (mean of the first ``baseline_points`` probes) for ``mi_consecutive``
+* ``template_collapse``: MI-ZScore-EMA stays below ``mi_ratio`` x its early
+  level (mean of the first ``mi_baseline`` probes) for ``mi_patience``
   probes in a row *while entropy has not fallen with it* (entropy still at or
-  above ``entropy_fall_fraction`` x its early level). Low MI with low entropy is
+  above ``entropy_ratio`` x its early level, the mean of its first
+  ``mi_baseline`` values). Low MI with low entropy is
   ordinary entropy collapse; low MI with entropy intact is reasoning that no
   longer depends on the input. If no entropy was ever given, the entropy side
   cannot be judged and the alert fires on MI alone (it says so).
   No alert is possible when the early MI level is <= 0: there was no input
   dependence to lose.
 * ``reward_std_cliff`` (RAGEN v1 early warning): reward std below
-  ``reward_std_fraction`` x its reference for ``reward_std_consecutive`` steps,
+  ``reward_std_ratio`` x its reference for ``reward_std_patience`` steps,
   the reference being the running max of earlier values ("max") or the mean of
-  the first ``baseline_points`` values ("early"). Checked once the first
-  ``baseline_points`` values are in.
+  the first ``reward_std_baseline`` values ("early"). Checked once the first
+  ``reward_std_baseline`` values are in.
 * ``grad_norm_spike`` (RAGEN v1 early warning): gradient norm above
-  ``grad_norm_multiple`` x the median of the previous ``grad_norm_window``
+  ``grad_norm_ratio`` x the median of the previous ``grad_norm_window``
   values (once ``grad_norm_min_history`` are in). A non-finite norm is a spike
   too (and does not enter the history).
+
+Field names follow one vocabulary (snr.StopConfig uses it too): ``<series>_baseline``
+is how many first values make the early level, ``<series>_ratio`` the threshold as a
+ratio of the reference, ``<series>_patience`` how many in a row.
 
 Series may arrive at different cadences (MI every N steps, the others every
 step); each ``update`` call passes whichever values that step has.
@@ -33,7 +38,7 @@ import statistics
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 __all__ = ["Alert", "CollapseDetector", "CollapseDetectorConfig"]
 
@@ -48,30 +53,46 @@ class Alert:
 
 @dataclass(frozen=True)
 class CollapseDetectorConfig:
-    baseline_points: int = 3
-    mi_fraction: float = 0.5
-    mi_consecutive: int = 3
-    entropy_fall_fraction: float = 0.7
-    reward_std_fraction: float = 0.25
-    reward_std_reference: str = "max"
-    reward_std_consecutive: int = 1
-    grad_norm_multiple: float = 5.0
+    """Thresholds of the three alarms (see the module doc).
+
+    mi_baseline            probes whose mean MI-ZScore-EMA (and entropy) is the early level.
+    mi_ratio               template collapse: MI below mi_ratio x its early level, in (0, 1) ...
+    mi_patience            ... for this many probes in a row ...
+    entropy_ratio          ... while entropy is still >= entropy_ratio x its early level.
+    reward_std_baseline    steps before the reward-std cliff is checked (and the "early" reference).
+    reward_std_ratio       cliff: reward std below reward_std_ratio x the reference ...
+    reward_std_patience    ... for this many steps in a row.
+    reward_std_reference   max: the running max of earlier values; early: the baseline mean.
+    grad_norm_ratio        spike: gradient norm above grad_norm_ratio x the running median (> 1).
+    grad_norm_window       values in that running median.
+    grad_norm_min_history  values needed before spikes are checked.
+    """
+
+    mi_baseline: int = 3
+    mi_ratio: float = 0.5
+    mi_patience: int = 3
+    entropy_ratio: float = 0.7
+    reward_std_baseline: int = 3
+    reward_std_ratio: float = 0.25
+    reward_std_patience: int = 1
+    reward_std_reference: Literal["max", "early"] = "max"
+    grad_norm_ratio: float = 5.0
     grad_norm_window: int = 50
     grad_norm_min_history: int = 5
 
     def __post_init__(self) -> None:
-        for name in ("baseline_points", "mi_consecutive", "reward_std_consecutive", "grad_norm_window",
+        for name in ("mi_baseline", "mi_patience", "reward_std_baseline", "reward_std_patience", "grad_norm_window",
                      "grad_norm_min_history"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-        for name in ("mi_fraction", "entropy_fall_fraction", "reward_std_fraction"):
+        for name in ("mi_ratio", "entropy_ratio", "reward_std_ratio"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and 0.0 < value < 1.0):
                 raise ValueError(f"{name} must be a fraction in (0, 1), got {value!r}")
-        if not (isinstance(self.grad_norm_multiple, (int, float)) and self.grad_norm_multiple > 1.0
-                and math.isfinite(self.grad_norm_multiple)):
-            raise ValueError(f"grad_norm_multiple must be a finite number > 1, got {self.grad_norm_multiple!r}")
+        if not (isinstance(self.grad_norm_ratio, (int, float)) and self.grad_norm_ratio > 1.0
+                and math.isfinite(self.grad_norm_ratio)):
+            raise ValueError(f"grad_norm_ratio must be a finite number > 1, got {self.grad_norm_ratio!r}")
         if self.reward_std_reference not in ("max", "early"):
             raise ValueError(f"reward_std_reference must be 'max' or 'early', got {self.reward_std_reference!r}")
         if self.grad_norm_min_history > self.grad_norm_window:
@@ -144,24 +165,24 @@ class CollapseDetector:
 
     # -- template collapse -------------------------------------------------
     def _observe_entropy(self, value: float) -> None:
-        if len(self._entropy_early) < self.config.baseline_points:
+        if len(self._entropy_early) < self.config.mi_baseline:
             self._entropy_early.append(value)
         self._entropy_latest = value
 
     def _observe_mi(self, step: int, value: float) -> list[Alert]:
         cfg = self.config
-        if len(self._mi_early) < cfg.baseline_points:
+        if len(self._mi_early) < cfg.mi_baseline:
             self._mi_early.append(value)
             return []  # the early level is still being measured
         early = statistics.fmean(self._mi_early)
         if early <= 0:
             return []
-        threshold = cfg.mi_fraction * early
+        threshold = cfg.mi_ratio * early
         if value >= threshold:
             self._mi_run, self._mi_armed = 0, True
             return []
         self._mi_run += 1
-        if self._mi_run < cfg.mi_consecutive or not self._mi_armed:
+        if self._mi_run < cfg.mi_patience or not self._mi_armed:
             return []
         numbers = {"mi_zscore_ema": value, "mi_early_level": early, "mi_threshold": threshold,
                    "consecutive_probes": float(self._mi_run)}
@@ -170,12 +191,12 @@ class CollapseDetector:
         else:
             entropy_early = statistics.fmean(self._entropy_early)
             numbers.update(entropy=self._entropy_latest, entropy_early_level=entropy_early)
-            if self._entropy_latest < cfg.entropy_fall_fraction * entropy_early:
+            if self._entropy_latest < cfg.entropy_ratio * entropy_early:
                 return []  # entropy fell with MI: entropy collapse, not template collapse; stay armed
-            entropy_note = (f"entropy {self._entropy_latest:.4g} still >= {cfg.entropy_fall_fraction:g} x "
+            entropy_note = (f"entropy {self._entropy_latest:.4g} still >= {cfg.entropy_ratio:g} x "
                             f"early {entropy_early:.4g}")
         self._mi_armed = False
-        message = (f"template collapse: MI-ZScore-EMA {value:.4g} < {cfg.mi_fraction:g} x early level {early:.4g} "
+        message = (f"template collapse: MI-ZScore-EMA {value:.4g} < {cfg.mi_ratio:g} x early level {early:.4g} "
                    f"for {self._mi_run} probes; {entropy_note}")
         return [Alert("template_collapse", step, message, numbers)]
 
@@ -184,21 +205,21 @@ class CollapseDetector:
         cfg = self.config
         previous_max = self._rstd_max
         self._rstd_max = value if previous_max is None else max(previous_max, value)
-        if len(self._rstd_early) < cfg.baseline_points:
+        if len(self._rstd_early) < cfg.reward_std_baseline:
             self._rstd_early.append(value)
             return []
         reference = previous_max if cfg.reward_std_reference == "max" else statistics.fmean(self._rstd_early)
         if reference is None or reference <= 0:
             return []
-        threshold = cfg.reward_std_fraction * reference
+        threshold = cfg.reward_std_ratio * reference
         if value >= threshold:
             self._rstd_run, self._rstd_armed = 0, True
             return []
         self._rstd_run += 1
-        if self._rstd_run < cfg.reward_std_consecutive or not self._rstd_armed:
+        if self._rstd_run < cfg.reward_std_patience or not self._rstd_armed:
             return []
         self._rstd_armed = False
-        message = (f"reward-std cliff: {value:.4g} < {cfg.reward_std_fraction:g} x {cfg.reward_std_reference} "
+        message = (f"reward-std cliff: {value:.4g} < {cfg.reward_std_ratio:g} x {cfg.reward_std_reference} "
                    f"reference {reference:.4g} for {self._rstd_run} steps")
         numbers = {"reward_std": value, "reference": reference, "threshold": threshold,
                    "consecutive_steps": float(self._rstd_run)}
@@ -222,11 +243,11 @@ class CollapseDetector:
         alerts: list[Alert] = []
         if len(self._grad_window) >= cfg.grad_norm_min_history:
             median = statistics.median(self._grad_window)
-            threshold = cfg.grad_norm_multiple * median
+            threshold = cfg.grad_norm_ratio * median
             if value > threshold:
                 if self._grad_armed:
                     self._grad_armed = False
-                    message = (f"gradient-norm spike: {value:.4g} > {cfg.grad_norm_multiple:g} x running "
+                    message = (f"gradient-norm spike: {value:.4g} > {cfg.grad_norm_ratio:g} x running "
                                f"median {median:.4g}")
                     alerts.append(Alert("grad_norm_spike", step, message,
                                         {"grad_norm": value, "running_median": median, "threshold": threshold}))

@@ -33,6 +33,7 @@ from scipy import stats
 
 import mi_probe
 from ragen2.audit_verdict import run_verdict
+from ragen2.config import upgrade_saved
 from ragen2.probe import series_values
 from ragen2.run_dir import AUDIT_DIR, SUMMARY_FILE, finite, read_config, read_events, read_steps
 
@@ -81,7 +82,7 @@ def load_run(run_dir: Path) -> RunRecord:
     rows = read_steps(run_dir)  # an OpenRLHF run's evaluation rows are no steps
     if not rows:
         raise FileNotFoundError(f"{run_dir}: no metrics.jsonl rows (is it a ragen2 run directory?)")
-    return RunRecord(run_dir, rows, read_events(run_dir), read_config(run_dir) or {})
+    return RunRecord(run_dir, rows, read_events(run_dir), upgrade_saved(read_config(run_dir) or {}))
 
 
 def series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
@@ -113,9 +114,7 @@ def spearman_table(rows: list[dict], target: str = SUCCESS_KEY, proxies=PROXIES)
 
 def detector_config(config: dict) -> mi_probe.CollapseDetectorConfig:
     probe = config.get("probe", {}) if isinstance(config, dict) else {}
-    return mi_probe.CollapseDetectorConfig(baseline_points=int(probe.get("collapse_baseline_probes", 3)),
-                                           mi_fraction=float(probe.get("collapse_mi_fraction", 0.5)),
-                                           mi_consecutive=int(probe.get("collapse_consecutive", 3)))
+    return mi_probe.CollapseDetectorConfig(**(probe.get("collapse") or {}))
 
 
 def collect_alerts(record: RunRecord) -> list[dict]:
@@ -335,7 +334,7 @@ def _summary(record: RunRecord, target: str) -> dict:
         "run_dir": str(record.run_dir),
         "steps": len(record.rows),
         "config": {"env": cfg.get("env", {}).get("name"), "algo": cfg.get("algo", {}).get("name"),
-                   "filter": cfg.get("filter", {}).get("preset"), "model": cfg.get("model", {}).get("name"),
+                   "filter": cfg.get("filter_preset"), "model": cfg.get("model", {}).get("name"),
                    "probe": cfg.get("probe", {})},
         "target": target,
         "series": series_summary(record.rows),

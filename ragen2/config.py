@@ -8,10 +8,17 @@ Layers, later wins: `configs/base.yaml` → `configs/envs/<env>.yaml` (replaces 
 `snr/`) → extra files (`--config`, e.g. configs/paper/) → dotted overrides.
 Every section forbids unknown keys and checks its values, so a typo or a bad value fails
 here, naming the key and the allowed values, before any model loads.
+
+The `rollout`, `filter`, `stop` and `probe.collapse` sections are the libraries' own frozen
+dataclasses (ragen2.rollout.RolloutConfig, snr.FilterConfig, snr.StopConfig,
+mi_probe.CollapseDetectorConfig): each field is defined, documented and checked there, once,
+and a field added there is a config key here. This file only picks the training defaults.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import difflib
 import json
 import re
@@ -20,6 +27,11 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from mi_probe import CollapseDetectorConfig
+from ragen2.rollout.config import RolloutConfig
+from snr import FilterConfig, StopConfig
+
 
 def _config_dir() -> Path:
     """The presets, package data of ragen2 (`configs/` at the repository root links to them)."""
@@ -37,6 +49,20 @@ class ConfigError(ValueError):
 
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _dataclass_defaults(cls, data):
+        """A library-dataclass section given in part takes its other fields from this config's
+        default for it (a YAML layer sets a few keys), not from the library's own defaults."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for name, field in cls.model_fields.items():
+            if isinstance(data.get(name), dict) and dataclasses.is_dataclass(field.annotation):
+                default = field.get_default(call_default_factory=True)
+                data[name] = {f.name: getattr(default, f.name) for f in dataclasses.fields(default)} | data[name]
+        return data
 
 
 class ModelSection(Section):
@@ -77,19 +103,6 @@ class EnvSection(Section):
         return self
 
 
-class RolloutSection(Section):
-    num_groups: int = Field(4, ge=1)  # P prompts (env instances) per step
-    group_size: int = Field(4, ge=1)  # G rollouts per prompt
-    max_turns: int = Field(1, ge=1)  # K
-    max_new_tokens: int = Field(96, ge=1)  # per turn
-    temperature: float = Field(1.0, ge=0.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    context: Literal["full", "window"] = "full"
-    window_turns: int = Field(2, ge=1)
-    max_context_tokens: int = Field(2048, ge=64)
-    max_response_words: int | None = None  # None: the env's RAGEN-2 value (instruction_style=ragen), else no line
-
-
 class AlgoSection(Section):
     name: str = "ppo"
     advantage: Literal["gae", "bilevel_gae", "grpo", "dr_grpo"] = "gae"
@@ -117,26 +130,6 @@ class AlgoSection(Section):
     @property
     def uses_critic(self) -> bool:
         return self.advantage in ("gae", "bilevel_gae")
-
-
-class FilterSection(Section):
-    preset: str = "none"
-    strategy: Literal["top_p", "top_k", "top_k_abs", "min_p", "none"] = "none"
-    value: float = 1.0
-    metric: Literal["reward_variance", "reward_std"] = "reward_variance"  # ("given" is for library callers)
-    order: Literal["largest", "smallest"] = "largest"
-    top_p_mode: Literal["linear", "softmax"] = "linear"
-    include_zero: bool = True
-    eps: float = Field(0.01, ge=0.0)
-    ddof: Literal[0, 1] = 1
-    # Stop policy (snr.StopConfig); 0 turns a rule off.
-    max_consecutive_skips: int = Field(5, ge=0)
-    collapse_baseline_steps: int = Field(10, ge=1)
-    collapse_patience: int = Field(10, ge=0)
-    collapse_ratio: float = Field(0.1, gt=0.0, le=1.0)
-    # RAGEN-2's low-validation stop: validation success below low_val_success this many validations in a row
-    low_val_success: float = Field(0.01, ge=0.0, le=1.0)
-    low_val_patience: int = Field(5, ge=0)
 
 
 class OptimSection(Section):
@@ -198,12 +191,9 @@ class ProbeSection(Section):
     # quantile_even: sizes differ by at most one; fixed_rv: std bins [0,1) ... [5,inf) (RAGEN-2's fixed_rv)
     grad_bucket_mode: Literal["quantile", "quantile_even", "fixed_rv"] = "quantile"
     grad_prefilter: bool = False  # also decompose the unfiltered batch (RAGEN-2: gradient_analysis_log_prefilter)
-    # Collapse detector (mi_probe.CollapseDetector): template collapse = MI-ZScore-EMA below
-    # collapse_mi_fraction x its mean over the first collapse_baseline_probes probes, for
-    # collapse_consecutive probes in a row, while entropy has not fallen with it.
-    collapse_mi_fraction: float = Field(0.5, gt=0.0, lt=1.0)
-    collapse_consecutive: int = Field(3, ge=1)
-    collapse_baseline_probes: int = Field(3, ge=1)
+    # the collapse detector's alarms over the logged series (template collapse, reward-std cliff,
+    # gradient-norm spike)
+    collapse: CollapseDetectorConfig = Field(default_factory=CollapseDetectorConfig)
     stop_on_collapse: bool = False  # stop the run on a template-collapse alert
     stop_on_early_warning: bool = False  # ... and on a reward-std cliff or gradient-norm spike
 
@@ -211,73 +201,34 @@ class ProbeSection(Section):
 class Config(Section):
     model: ModelSection = Field(default_factory=ModelSection)
     env: EnvSection = Field(default_factory=EnvSection)
-    rollout: RolloutSection = Field(default_factory=RolloutSection)
+    # CPU-sized where the library's defaults are GPU-sized
+    rollout: RolloutConfig = Field(default_factory=lambda: RolloutConfig(
+        group_size=4, max_turns=1, max_new_tokens=96, window_turns=2, max_context_tokens=2048))
     algo: AlgoSection = Field(default_factory=AlgoSection)
-    filter: FilterSection = Field(default_factory=FilterSection)
+    filter_preset: str = "none"  # the filter preset's name, for labels and run names
+    # no filter unless one is asked for (the library's default is RAGEN-2's recommended one)
+    filter: FilterConfig = Field(default_factory=lambda: FilterConfig(strategy="none", value=1.0, include_zero=True))
+    stop: StopConfig = Field(default_factory=StopConfig)  # when to stop a run the filter finds no signal in
     optim: OptimSection = Field(default_factory=OptimSection)
     trainer: TrainerSection = Field(default_factory=TrainerSection)
     probe: ProbeSection = Field(default_factory=ProbeSection)
 
     @model_validator(mode="after")
     def _consistent(self):
-        if self.filter.strategy != "none" and self.filter.metric != "given" and self.rollout.group_size < 2:
+        if self.filter.metric == "given":
+            raise ValueError("filter.metric: Input should be 'reward_variance' or 'reward_std' (the trainer computes "
+                             "the scores; 'given' is for library callers that pass their own)")
+        if self.filter.strategy != "none" and self.rollout.group_size < 2:
             raise ValueError("filter: a reward-spread metric needs rollout.group_size >= 2")
         if self.algo.advantage in ("grpo", "dr_grpo") and self.rollout.group_size < 2:
             raise ValueError(f"algo.advantage={self.algo.advantage} needs rollout.group_size >= 2")
         if self.optim.critic_warmup_steps and not self.algo.uses_critic:
             raise ValueError(f"optim.critic_warmup_steps needs a critic: algo.advantage={self.algo.advantage} "
                              "has none (use gae or bilevel_gae)")
-        _check_library_configs(self)
         return self
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(json.loads(self.model_dump_json()), sort_keys=False)
-
-
-# --- the libraries' own configs, built from the sections ----------------------------------------
-
-
-def rollout_config(cfg: Config, temperature: float | None = None):
-    from ragen2.rollout import RolloutConfig
-
-    r = cfg.rollout
-    return RolloutConfig(group_size=r.group_size, max_turns=r.max_turns, max_new_tokens=r.max_new_tokens,
-                         temperature=r.temperature if temperature is None else temperature, top_p=r.top_p,
-                         context=r.context, window_turns=r.window_turns, max_context_tokens=r.max_context_tokens,
-                         max_response_words=r.max_response_words)
-
-
-def filter_config(cfg: Config):
-    import snr
-
-    f = cfg.filter
-    return snr.FilterConfig(strategy=f.strategy, value=f.value, metric=f.metric, order=f.order,
-                            top_p_mode=f.top_p_mode, include_zero=f.include_zero, eps=f.eps, ddof=f.ddof)
-
-
-def stop_config(cfg: Config):
-    import snr
-
-    f = cfg.filter
-    return snr.StopConfig(max_consecutive_skips=f.max_consecutive_skips,
-                          collapse_baseline_steps=f.collapse_baseline_steps,
-                          collapse_patience=f.collapse_patience, collapse_ratio=f.collapse_ratio,
-                          low_val_success=f.low_val_success, low_val_patience=f.low_val_patience)
-
-
-def _check_library_configs(cfg: Config) -> None:
-    """The libraries check combinations the sections cannot (a filter value per strategy, the
-    context budget): run those checks now, before any model loads, with the section named."""
-    import snr
-    from ragen2.rollout import RolloutConfigError
-
-    for section, build, errors in (("filter", filter_config, snr.FilterConfigError),
-                                   ("filter", stop_config, ValueError),
-                                   ("rollout", rollout_config, RolloutConfigError)):
-        try:
-            build(cfg)
-        except errors as error:
-            raise ValueError(f"{section}.{error}") from None
 
 
 # --- building ------------------------------------------------------------------------------
@@ -375,27 +326,38 @@ def _parse_override(item: str) -> dict:
 def _format_errors(error: ValidationError) -> str:
     lines = []
     for item in error.errors():
-        where = ".".join(str(p) for p in item["loc"])
-        message = item["msg"].removeprefix("Value error, ")
-        if item["type"] == "extra_forbidden":
-            parent = item["loc"][:-1]
-            message = f"unknown key; valid keys: {sorted(_section_fields(parent))}"
-            close = difflib.get_close_matches(str(item["loc"][-1]), _section_fields(parent), n=1)
-            if close:
-                message = f"unknown key (did you mean {'.'.join([*map(str, parent), close[0]])}?); " \
-                          f"valid keys: {sorted(_section_fields(parent))}"
-        lines.append(f"{where}: {message}" if where else message)
+        loc = tuple(map(str, item["loc"]))
+        where, message, section = ".".join(loc), item["msg"].removeprefix("Value error, "), _section_at(loc)
+        # an unknown key: extra_forbidden from a pydantic section, unexpected_keyword_argument from a dataclass
+        if item["type"] in ("extra_forbidden", "unexpected_keyword_argument"):
+            valid = _fields(_section_at(loc[:-1]))
+            close = difflib.get_close_matches(loc[-1], valid, n=1)
+            hint = f" (did you mean {'.'.join([*loc[:-1], close[0]])}?)" if close else ""
+            lines.append(f"{where}: unknown key{hint}; valid keys: {sorted(valid)}")
+        elif dataclasses.is_dataclass(section) and re.match(r"\w*", message)[0] in _fields(section):
+            lines.append(f"{where}.{message}")  # a library's own check: its message starts with the field
+        else:
+            lines.append(f"{where}: {message}" if where else message)
     return "invalid config:\n  " + "\n  ".join(lines)
 
 
-def _section_fields(loc: tuple) -> list[str]:
-    model: Any = Config
+def _section_at(loc: tuple) -> type | None:
+    """The section class (pydantic model or library dataclass) at `loc`, None where loc is no section."""
+    section: Any = Config
     for part in loc:
-        field = model.model_fields.get(part) if hasattr(model, "model_fields") else None
-        if field is None or not isinstance(field.annotation, type) or not issubclass(field.annotation, BaseModel):
-            return list(getattr(model, "model_fields", {}))
-        model = field.annotation
-    return list(model.model_fields)
+        if not (isinstance(section, type) and issubclass(section, BaseModel)) or part not in section.model_fields:
+            return None
+        section = section.model_fields[part].annotation
+    is_section = isinstance(section, type) and (issubclass(section, BaseModel) or dataclasses.is_dataclass(section))
+    return section if is_section else None
+
+
+def _fields(section: type | None) -> list[str]:
+    if section is None:
+        return []
+    if dataclasses.is_dataclass(section):
+        return [f.name for f in dataclasses.fields(section)]
+    return list(section.model_fields)
 
 
 def build_config(data: dict) -> Config:
@@ -403,6 +365,43 @@ def build_config(data: dict) -> Config:
         return Config.model_validate(data)
     except ValidationError as error:
         raise ConfigError(_format_errors(error)) from None
+
+
+# Keys earlier versions wrote into a run's config.yaml, and where they live now: a run from then
+# still resumes. The detector's one baseline count became one per series.
+RENAMED = {
+    ("filter", "preset"): [("filter_preset",)],
+    **{("filter", key): [("stop", key)] for key in ("max_consecutive_skips", "low_val_success", "low_val_patience")},
+    ("filter", "collapse_baseline_steps"): [("stop", "spread_baseline")],
+    ("filter", "collapse_ratio"): [("stop", "spread_ratio")],
+    ("filter", "collapse_patience"): [("stop", "spread_patience")],
+    ("probe", "collapse_baseline_probes"): [("probe", "collapse", "mi_baseline"),
+                                            ("probe", "collapse", "reward_std_baseline")],
+    ("probe", "collapse_mi_fraction"): [("probe", "collapse", "mi_ratio")],
+    ("probe", "collapse_consecutive"): [("probe", "collapse", "mi_patience")],
+}
+
+
+def upgrade_saved(data: dict) -> dict:
+    """A saved config (a run's config.yaml) with its keys as this version names them."""
+    if not isinstance(data, dict):
+        return data
+    data = copy.deepcopy(data)
+    for (section, key), targets in RENAMED.items():
+        if not isinstance(data.get(section), dict) or key not in data[section]:
+            continue
+        value = data[section].pop(key)
+        for *parents, leaf in targets:
+            node = data
+            for part in parents:
+                node = node.setdefault(part, {})
+            node.setdefault(leaf, value)  # a key already under its new name wins
+    return data
+
+
+def saved_config(path: Path) -> Config:
+    """The config a run directory's config.yaml holds, written by this version or an earlier one."""
+    return build_config(upgrade_saved(_read_yaml(Path(path))))
 
 
 def _env_choice(env: str | None, overrides) -> str | None:
@@ -429,7 +428,7 @@ def load_config(*, env: str | None = None, algo: str | None = None, filter: str 
     if algo is not None:
         data = _merge(data, _preset("algos", algo))
     if filter is not None:
-        data = _merge(data, {"filter": {"preset": _preset_name("filters", filter), **_preset("filters", filter)}})
+        data = _merge(data, {"filter_preset": _preset_name("filters", filter), "filter": _preset("filters", filter)})
     for path in extra:
         if not Path(path).is_file():
             raise ConfigError(f"config file {path} does not exist")

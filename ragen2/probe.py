@@ -161,7 +161,7 @@ class CollapseWatch:
 
     def __init__(self, cfg: ProbeSection):
         self.cfg = cfg
-        self.detector = mi_probe.CollapseDetector(detector_config(cfg))
+        self.detector = mi_probe.CollapseDetector(cfg.collapse)
 
     def observe(self, step: int, metrics: dict, log=None) -> dict:
         """Feed one step's metrics; log each alert; return `alert/...` metrics (+ `stop_reason`)."""
@@ -185,12 +185,6 @@ class CollapseWatch:
 
     def load_state_dict(self, state: dict) -> None:
         self.detector.load_state_dict(state)
-
-
-def detector_config(cfg: ProbeSection) -> mi_probe.CollapseDetectorConfig:
-    return mi_probe.CollapseDetectorConfig(baseline_points=cfg.collapse_baseline_probes,
-                                           mi_fraction=cfg.collapse_mi_fraction,
-                                           mi_consecutive=cfg.collapse_consecutive)
 
 
 def series_values(metrics: dict) -> dict[str, float]:

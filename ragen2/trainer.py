@@ -24,7 +24,7 @@ from ragen2 import grad_decomp, precision
 from ragen2 import probe as probe_lib
 from ragen2.algos import advantages as adv_lib
 from ragen2.algos import losses
-from ragen2.config import Config, filter_config, rollout_config, stop_config  # noqa: F401 - re-exported
+from ragen2.config import Config
 from ragen2.engines import local
 from ragen2.interrupts import Interrupts, StepAbandoned, restore_rng, rng_snapshot
 from ragen2.progress import LiveLine
@@ -42,7 +42,6 @@ class Run:
     models: local.Models
     optimizers: local.Optimizers
     generator: torch.Generator
-    filter_config: snr.FilterConfig
     stop_policy: snr.StopPolicy
     probe: probe_lib.Probe
     log: RunLog
@@ -110,12 +109,12 @@ def train_step(run: Run) -> dict:
     step_started = time.perf_counter()
     with timer("rollout"), run.interrupts.abandonable():  # only the sampling RNG moves: safe to drop
         batch = rollout(models.policy, models.tokenizer, env_factory(cfg), step_seeds(cfg, run.step),
-                        rollout_config(cfg), run.generator, progress=run.live.rollout("rollout"))
+                        cfg.rollout, run.generator, progress=run.live.rollout("rollout"))
     metrics = batch.metrics()
     metrics.update(run.probe.maybe_run(run.step, models.policy, batch))  # timed on its own
     metrics.update(grad_decomp.maybe_decompose_prefilter(run, batch))  # probe.grad_prefilter: before the filter
     with timer("filter"):
-        selection = snr.select_groups(group_rewards(batch), run.filter_config)
+        selection = snr.select_groups(group_rewards(batch), cfg.filter)
     metrics.update(selection.metrics)
     run.completions = completions.pick(batch, cfg.trainer.log_completions, selection.kept.tolist())  # no RNG
     decision = run.stop_policy.observe(selection)
@@ -213,7 +212,8 @@ def validate(run: Run) -> dict:
     started = time.perf_counter()
     generator = torch.Generator().manual_seed(validation_sampling_seed(cfg))
     metrics = evaluate(run.models.policy, run.models.tokenizer, env_factory(cfg, cfg.env.val_name),
-                       validation_seeds(cfg), rollout_config(cfg, cfg.trainer.val_temperature), generator,
+                       validation_seeds(cfg), dataclasses.replace(cfg.rollout, temperature=cfg.trainer.val_temperature),
+                       generator,
                        progress=run.live.rollout("validation"))
     metrics["time/validation_s"] = round(time.perf_counter() - started, 4)
     return metrics
@@ -267,7 +267,7 @@ def setup(cfg: Config, run_dir: Path, resume: bool = False, quiet: bool = False,
         cfg.model.dtype = str(precision.compute_dtype(models.policy)).removeprefix("torch.")
     optimizers = local.build_optimizers(models, cfg)
     generator = torch.Generator().manual_seed(cfg.trainer.seed)
-    run = Run(cfg, run_dir, models, optimizers, generator, filter_config(cfg), snr.StopPolicy(stop_config(cfg)),
+    run = Run(cfg, run_dir, models, optimizers, generator, snr.StopPolicy(cfg.stop),
               probe_lib.Probe(cfg.probe, models.tokenizer), log=None,  # type: ignore[arg-type]
               watch=probe_lib.CollapseWatch(cfg.probe), interrupts=Interrupts(quiet=quiet),
               live=LiveLine(enabled=LiveLine.wanted(quiet)))
@@ -384,5 +384,5 @@ def summarise(rows: list[dict], stop_reason, wall_s: float, run: Run) -> dict:
     """summary.json (ragen2.run_dir's schema), with what only this engine counts."""
     return run_summary(rows, run_dir=run.run_dir, engine="local", stop_reason=stop_reason, wall_s=wall_s,
                        nonfinite_skips=run.nonfinite_skips,
-                       config=dataclasses.asdict(run.filter_config) | {"algo": run.cfg.algo.name,
+                       config=dataclasses.asdict(run.cfg.filter) | {"algo": run.cfg.algo.name,
                                                                         "env": run.cfg.env.name})

@@ -9,18 +9,21 @@ Each GSM8K row {question, answer: "...#### N"} becomes
      "response": answer without the <<calculator>> annotations + "\\nThe answer is: N"}
 which is how MetaMathQA's GSM-derived rows look ("#### N" then "The answer is: N").
 
-    python scripts/make_metamath_offline.py [SOURCE_JSONL] [OUTPUT_JSONL]
+    python scripts/make_metamath_offline.py GSM8K_TEST_JSONL [OUTPUT_JSONL] [--rows 200]
+
+GSM8K_TEST_JSONL is `grade_school_math/data/test.jsonl` of github.com/openai/grade-school-math;
+the shipped file holds its first 200 rows, in order.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_SOURCE = Path("/work/shared/data/gsm8k_test_sample.jsonl")
 DEFAULT_OUTPUT = REPO / "envs" / "data" / "gsm8k_test_metamathqa.jsonl"
 ROW_TYPE = "GSM8K_test"  # not one of MetaMathQA's augmentation types: these rows are unaugmented
 CALCULATOR_ANNOTATION = re.compile(r"<<[^<>]*>>")
@@ -40,13 +43,19 @@ def convert_row(row: dict, line: int) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    source = Path(argv[1]) if len(argv) > 1 else DEFAULT_SOURCE
-    output = Path(argv[2]) if len(argv) > 2 else DEFAULT_OUTPUT
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("source", type=Path, help="GSM8K test rows (JSONL with question and answer)")
+    parser.add_argument("output", type=Path, nargs="?", default=DEFAULT_OUTPUT)
+    parser.add_argument("--rows", type=int, default=200, help="take the first N rows (0: all)")
+    args = parser.parse_args(argv[1:])
     rows = []
-    with source.open(encoding="utf-8") as handle:
+    with args.source.open(encoding="utf-8") as handle:
         for line, text in enumerate(handle, start=1):
+            if args.rows and len(rows) == args.rows:
+                break
             if text.strip():
                 rows.append(convert_row(json.loads(text), line))
+    output = args.output
     output.parent.mkdir(parents=True, exist_ok=True)
     with output.open("w", encoding="utf-8") as handle:
         for row in rows:

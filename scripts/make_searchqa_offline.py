@@ -12,9 +12,9 @@ import random
 import sys
 from pathlib import Path
 
+from envs.retrieval import BM25Retriever, Passage
+
 ROOT = Path(__file__).resolve().parents[1]  # the script lives in scripts/
-sys.path.insert(0, str(ROOT))
-from envs.retrieval import BM25Retriever, Passage  # noqa: E402
 
 PARAGRAPHS = {
     "Cobbleford": [

@@ -17,19 +17,16 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sys
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from envs.parsing import format_response  # noqa: E402
-from envs.webshop import WebShopConfig, WebShopEnv, expert_action  # noqa: E402
-from envs.webshop_catalog import (  # noqa: E402
+from envs.parsing import format_response
+from envs.webshop import WebShopConfig, WebShopEnv, expert_action
+from envs.webshop_catalog import (
     DATA_DIR, Catalog, draw_price_upper, goal_from_record, price_clause, product_from_record,
 )
-from envs.webshop_reward import fuzzy_score  # noqa: E402
+from envs.webshop_reward import fuzzy_score
 
 PRODUCTS_PER_TYPE = 17
 GOALS_PER_TYPE = 7

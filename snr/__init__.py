@@ -18,8 +18,20 @@ from .config import (
     load_preset,
 )
 from .scaling import LOSS_SCALINGS, kept_fraction_scale
-from .selection import ZERO_SPREAD_TOL, FilterInputError, Selection, group_spread, select_groups
 from .stopping import StopConfig, StopDecision, StopPolicy
+
+# The selection needs torch; it loads on first use, so importing the configs (which the training
+# config's sections are) stays light.
+_SELECTION = ("ZERO_SPREAD_TOL", "FilterInputError", "Selection", "group_spread", "select_groups")
+
+
+def __getattr__(name: str):
+    if name in _SELECTION:
+        from . import selection
+
+        return getattr(selection, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "FilterConfig",

@@ -11,14 +11,19 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping, get_args
 
-STRATEGIES = ("top_p", "top_k", "top_k_abs", "min_p", "none")
-METRICS = ("reward_variance", "reward_std", "given")
+Strategy = Literal["top_p", "top_k", "top_k_abs", "min_p", "none"]
+Metric = Literal["reward_variance", "reward_std", "given"]
+Order = Literal["largest", "smallest"]
+TopPMode = Literal["linear", "softmax"]
+Ddof = Literal[0, 1]
+STRATEGIES = get_args(Strategy)
+METRICS = get_args(Metric)
 SPREAD_METRICS = ("reward_variance", "reward_std")
-ORDERS = ("largest", "smallest")
-TOP_P_MODES = ("linear", "softmax")
-DDOFS = (0, 1)
+ORDERS = get_args(Order)
+TOP_P_MODES = get_args(TopPMode)
+DDOFS = get_args(Ddof)
 
 # RAGEN's filter metrics that are not reward spreads; the caller computes them and
 # passes them as `scores` with metric "given".
@@ -77,14 +82,14 @@ class FilterConfig:
     variance, zero-spread groups dropped.
     """
 
-    strategy: str = "top_p"
+    strategy: Strategy = "top_p"
     value: float = 0.9
-    metric: str = "reward_variance"
-    order: str = "largest"
-    top_p_mode: str = "linear"
+    metric: Metric = "reward_variance"
+    order: Order = "largest"
+    top_p_mode: TopPMode = "linear"
     include_zero: bool = False
     eps: float = 0.01
-    ddof: int = 1
+    ddof: Ddof = 1
 
     def __post_init__(self) -> None:
         if self.metric in _CALLER_SCORED:

@@ -7,9 +7,9 @@ skipped) and says when to stop, following RAGEN-2's trainer:
   After `max_consecutive_skips` skipped steps in a row (default 5), stop. Any
   step that trains resets the count.
 * **Spread collapse.** The baseline is the mean in-group reward spread over the
-  first `collapse_baseline_steps` (10) steps that trained. After that, stop once
-  `collapse_patience` (10) consecutive trained steps have a spread below
-  `collapse_ratio` (0.1) x the baseline. Skipped steps are ignored by this rule
+  first `spread_baseline` (10) steps that trained. After that, stop once
+  `spread_patience` (10) consecutive trained steps have a spread below
+  `spread_ratio` (0.1) x the baseline. Skipped steps are ignored by this rule
   (neither counted nor resetting it), as in RAGEN: the skip rule covers them.
 * **Low validation success.** After `low_val_patience` (5) validations in a row
   with a success rate below `low_val_success` (0.01), stop: RAGEN-2's trainer
@@ -36,32 +36,36 @@ SPREAD_METRIC = "snr/reward_std_mean"
 class StopConfig:
     """Thresholds of :class:`StopPolicy`; 0 turns a rule off.
 
-    max_consecutive_skips    stop after this many skipped steps in a row (0: never).
-    collapse_baseline_steps  trained steps averaged into the spread baseline.
-    collapse_patience        trained steps in a row below the threshold before
-                             stopping (0: collapse detection off).
-    collapse_ratio           threshold = collapse_ratio x baseline, in (0, 1].
-    low_val_success          a validation success rate below this counts as low.
-    low_val_patience         stop after this many low validations in a row (0: never).
+    The spread rule names its fields as mi_probe's collapse detector does:
+    `<series>_baseline` (how many first values make the baseline), `<series>_ratio`
+    (the threshold as a ratio of it) and `<series>_patience` (how many in a row).
+
+    max_consecutive_skips  stop after this many skipped steps in a row (0: never).
+    spread_baseline        trained steps averaged into the spread baseline.
+    spread_ratio           threshold = spread_ratio x baseline, in (0, 1].
+    spread_patience        trained steps in a row below the threshold before
+                           stopping (0: spread-collapse detection off).
+    low_val_success        a validation success rate below this counts as low.
+    low_val_patience       stop after this many low validations in a row (0: never).
     """
 
     max_consecutive_skips: int = 5
-    collapse_baseline_steps: int = 10
-    collapse_patience: int = 10
-    collapse_ratio: float = 0.1
+    spread_baseline: int = 10
+    spread_ratio: float = 0.1
+    spread_patience: int = 10
     low_val_success: float = 0.01
     low_val_patience: int = 5
 
     def __post_init__(self) -> None:
-        for name in ("max_consecutive_skips", "collapse_baseline_steps", "collapse_patience", "low_val_patience"):
+        for name in ("max_consecutive_skips", "spread_baseline", "spread_patience", "low_val_patience"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be a whole number >= 0; got {value!r}")
-        if self.collapse_patience > 0 and self.collapse_baseline_steps < 1:
-            raise ValueError("collapse_baseline_steps must be >= 1 when collapse detection is on (collapse_patience > 0)")
-        ratio = self.collapse_ratio
+        if self.spread_patience > 0 and self.spread_baseline < 1:
+            raise ValueError("spread_baseline must be >= 1 when spread-collapse detection is on (spread_patience > 0)")
+        ratio = self.spread_ratio
         if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0.0 < ratio <= 1.0:
-            raise ValueError(f"collapse_ratio must be in (0, 1]; got {ratio!r}")
+            raise ValueError(f"spread_ratio must be in (0, 1]; got {ratio!r}")
         low = self.low_val_success
         if isinstance(low, bool) or not isinstance(low, (int, float)) or not 0.0 <= low <= 1.0:
             raise ValueError(f"low_val_success must be in [0, 1]; got {low!r}")
@@ -97,7 +101,7 @@ class StopPolicy:
         self.consecutive_skips = 0
         self.baseline_spreads: list[float] = []  # spreads of the first trained steps
         self.baseline: float | None = None
-        self.steps_below = 0  # trained steps in a row below collapse_ratio x baseline
+        self.steps_below = 0  # trained steps in a row below spread_ratio x baseline
         self.low_validations = 0  # validations in a row below low_val_success
         self.stop_reason: str | None = None
         self.stop_message: str | None = None
@@ -132,7 +136,7 @@ class StopPolicy:
             return self.decision()
 
         self.consecutive_skips = 0
-        if cfg.collapse_patience:
+        if cfg.spread_patience:
             self._watch_spread(spread)
         return self.decision()
 
@@ -150,7 +154,7 @@ class StopPolicy:
                 "low_validation_success",
                 f"stopping: validation success has been below {cfg.low_val_success:g} for {self.low_validations} "
                 f"validations in a row (RAGEN-2's rule): the policy is not solving the task. Check the format "
-                f"rate, or set filter.low_val_patience=0 to keep going.",
+                f"rate, or set low_val_patience=0 to keep going.",
             )
         return self.decision()
 
@@ -163,17 +167,17 @@ class StopPolicy:
         spread = float(spread)
         if self.baseline is None:
             self.baseline_spreads.append(spread)
-            if len(self.baseline_spreads) == cfg.collapse_baseline_steps:
+            if len(self.baseline_spreads) == cfg.spread_baseline:
                 self.baseline = sum(self.baseline_spreads) / len(self.baseline_spreads)
             return
-        threshold = cfg.collapse_ratio * self.baseline
+        threshold = cfg.spread_ratio * self.baseline
         self.steps_below = self.steps_below + 1 if spread < threshold else 0
-        if self.steps_below >= cfg.collapse_patience:
+        if self.steps_below >= cfg.spread_patience:
             self._stop(
                 "spread_collapse",
-                f"stopping: the in-group reward spread has been below {cfg.collapse_ratio:g} x its baseline "
-                f"({threshold:.6g} = {cfg.collapse_ratio:g} x {self.baseline:.6g}, the mean of the first "
-                f"{cfg.collapse_baseline_steps} trained steps) for {self.steps_below} consecutive trained "
+                f"stopping: the in-group reward spread has been below {cfg.spread_ratio:g} x its baseline "
+                f"({threshold:.6g} = {cfg.spread_ratio:g} x {self.baseline:.6g}, the mean of the first "
+                f"{cfg.spread_baseline} trained steps) for {self.steps_below} consecutive trained "
                 f"steps (latest {spread:.6g}): the policy's rollouts have stopped differing in reward.",
             )
 

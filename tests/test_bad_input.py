@@ -2,6 +2,7 @@
 traceback, and no half-made run directory."""
 
 import contextlib
+import dataclasses
 import time
 
 import pytest
@@ -40,7 +41,9 @@ def _fails_cleanly(capsys, argv, expected: str, tmp_path=None):
     ("model.name=runs/nonexist", "model.name: no model directory at runs/nonexist"),
     ("filter.metric=given", "filter.metric: Input should be 'reward_variance' or 'reward_std'"),
     ("rollout.max_new_tokens=4000", "rollout.max_new_tokens (4000) must be below max_context_tokens (2048)"),
-    ("filter.max_consecutive_skips=-1", "filter.max_consecutive_skips: Input should be greater than or equal to 0"),
+    ("stop.max_consecutive_skips=-1", "stop.max_consecutive_skips must be a whole number >= 0; got -1"),
+    ("stop.spread_ratio=2", "stop.spread_ratio must be in (0, 1]; got 2"),
+    ("probe.collapse.mi_ratio=1.5", "probe.collapse.mi_ratio must be a fraction in (0, 1), got 1.5"),
     ("rollout.group_sise=4", "rollout.group_sise: unknown key (did you mean rollout.group_size?)"),
     ("trainer.num_threads=-2", "trainer.num_threads: Input should be greater than or equal to 0"),
 ])
@@ -95,6 +98,8 @@ def _leaf_keys(model=Config, prefix="") -> list[str]:
         annotation = field.annotation
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             keys += _leaf_keys(annotation, f"{prefix}{name}.")
+        elif dataclasses.is_dataclass(annotation):  # a library's config as a section
+            keys += [f"{prefix}{name}.{f.name}" for f in dataclasses.fields(annotation)]
         else:
             keys.append(f"{prefix}{name}")
     return keys

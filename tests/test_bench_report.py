@@ -86,6 +86,27 @@ def test_csv_has_one_row_per_cell_with_the_known_numbers(bench):
     assert failed["final_val_success"] == ""
 
 
+def test_validation_before_training_and_phase_times_come_from_the_run_directory(bench):
+    name = "sokoban--ppo--snr-top-p--s1"
+    run = bench / "runs" / name
+    (run / "bench_val_before.json").write_text(json.dumps({"val/success_rate": 0.125, "val/reward_mean": -0.05}))
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    for row, (rollout, old, update) in zip(rows, [(4.0, 1.0, 10.0), (5.0, 2.0, 20.0)]):
+        row.update({"time/rollout_s": rollout, "time/old_log_probs_s": old, "time/update_s": update,
+                    "time/filter_s": 0.5})  # the filter runs on every group: not update time
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    paths = build_report(bench)
+    row = next(r for r in csv.DictReader(paths["csv"].open()) if r["name"] == name)
+    assert float(row["val_success_before"]) == 0.125
+    assert float(row["rollout_s"]) == 9.0 and float(row["update_s"]) == 33.0
+    other = next(r for r in csv.DictReader(paths["csv"].open()) if r["name"] == "sokoban--ppo--none--s1")
+    assert other["val_success_before"] == other["update_s"] == ""  # not measured: blank, not 0
+    assert f"| {name} | done | 0.125 | 0.400 |" in paths["markdown"].read_text()
+    from ragen2.bench.plots import cell_rows
+
+    assert cell_rows(run)[0] == {"step": -1, "val/success_rate": 0.125}  # drawn at step 0 of the curve
+
+
 def test_json_aggregates_mean_and_sample_std_over_seeds(bench):
     data = json.loads(build_report(bench, with_plots=False)["json"].read_text())
     group = next(g for g in data["aggregated"] if (g["env"], g["row"], g["treatment"]) == ("sokoban", "ppo", "none"))

@@ -1,5 +1,8 @@
-"""Bench suites: matrix expansion (hand-counted cells and their overrides) and up-front validation."""
+"""Bench suites: matrix expansion (hand-counted cells and their overrides), up-front validation,
+and the suite-level `validate_before` on real tiny cells."""
 
+import csv
+import json
 from pathlib import Path
 
 import pytest
@@ -97,7 +100,7 @@ def test_scale_config_sets_the_scale_but_not_the_algorithm(tmp_path):
 
 
 def test_bundled_suites_expand_to_their_documented_sizes():
-    sizes = {"main-table": 96, "starpo-s": 60, "top-p-sweep": 36, "cpu-smoke": 6}
+    sizes = {"main-table": 96, "starpo-s": 60, "top-p-sweep": 36, "cpu-smoke": 6, "filter-comparison": 9}
     for name, size in sizes.items():
         cells = expand(load_suite(name), Path("/tmp/unused"))
         assert len(cells) == size, name
@@ -106,7 +109,7 @@ def test_bundled_suites_expand_to_their_documented_sizes():
     assert {c.config.algo.name for c in main} == {"ppo", "ragen2-dapo", "ragen2-grpo", "ragen2-dr-grpo"}
     # RAGEN-2's filter column: top-p 0.9 in softmax mode over the reward std, zero-spread groups kept
     kept = {(c.config.filter.strategy, c.config.filter.value, c.config.filter.top_p_mode, c.config.filter.metric)
-            for c in main if c.config.filter.preset == "ragen2-main"}
+            for c in main if c.config.filter_preset == "ragen2-main"}
     assert kept == {("top_p", 0.9, "softmax", "reward_std")}
     assert all(c.config.algo.kl_coef == 0.0 and c.config.algo.dual_clip == 3.0 for c in main)
     assert {c.config.env.name for c in main} == {"sokoban", "frozen_lake", "metamathqa", "countdown"}
@@ -117,6 +120,14 @@ def test_bundled_suites_expand_to_their_documented_sizes():
     assert any(c.config.probe.every > 0 and c.config.env.overrides.get("require_think", True) for c in smoke)
     sweep = expand(load_suite("top-p-sweep"), Path("/tmp/unused"))
     assert sorted({c.config.filter.value for c in sweep}) == [0.6, 0.8, 0.9, 0.95, 0.98, 1.0]
+    # docs/filter_experiment.md's setting: 3 filters x 3 seeds at one rollout budget, stop rules off
+    suite = load_suite("filter-comparison")
+    experiment = expand(suite, Path("/tmp/unused"))
+    assert suite.validate_before and [(c.filter, c.seed) for c in experiment[:3]] == [
+        ("none", 0), ("starpo-s", 0), ("snr-top-p", 0)]
+    assert {(c.config.trainer.total_steps, c.config.rollout.num_groups, c.config.rollout.group_size,
+             c.config.stop.max_consecutive_skips, c.config.stop.spread_patience) for c in experiment} == {
+        (6, 4, 4, 0, 0)}
 
 
 @pytest.mark.parametrize("change, message", [
@@ -125,7 +136,7 @@ def test_bundled_suites_expand_to_their_documented_sizes():
     ({"seedz": [0]}, "unknown key(s) ['seedz']"),
     ({"matrices": [{"name": "a", "algos": ["ppo2"], "envs": [None]}]}, "unknown algo preset 'ppo2'"),
     ({"matrices": [{"name": "a", "algos": ["ppo"], "envs": [None], "overrides": ["rollout.top_p=2"]}]},
-     "rollout.top_p: Input should be less than or equal to 1"),
+     "rollout.top_p must be in (0, 1], got 2.0"),
     ({"overrides": ["trainer.total_stepz=2"]}, "trainer.total_stepz: unknown key"),
     ({"matrices": [{"name": "a", "algos": ["ppo"], "envs": [None], "baseline": "snr"}]},
      "baseline: 'snr' is not one of this matrix's treatments ['none']"),
@@ -136,6 +147,7 @@ def test_bundled_suites_expand_to_their_documented_sizes():
     ({"matrices": [{"name": "a", "algos": ["ppo"], "envs": [None], "variants": {"v": ["oops"]}}]},
      "variants.v: 'oops' is not KEY=VALUE"),
     ({"matrices": [{"name": "a", "algos": ["ppo"], "envs": ["atari"]}]}, "unknown env 'atari'; registered envs"),
+    ({"validate_before": "yes"}, "validate_before: expected bool, got str"),
 ])
 def test_bad_suites_fail_naming_the_key(tmp_path, change, message):
     data = {"name": "t", "seeds": [0], "matrices": [{"name": "a", "algos": ["ppo"], "envs": [None]}], **change}
@@ -164,3 +176,71 @@ def test_cli_list_shows_cells_and_a_bad_suite_is_one_line(tmp_path, capsys):
     assert main(["bench", "no-such-suite", "--list"]) == 2
     err = capsys.readouterr().err
     assert "unknown suite 'no-such-suite'" in err and "cpu-smoke" in err and "Traceback" not in err
+
+
+TINY = ["rollout.num_groups=2", "rollout.group_size=2", "rollout.max_new_tokens=6", "trainer.val_groups=2",
+        "optim.micro_batch_size=2", "optim.mini_batch_size=4", "probe.every=0", "trainer.total_steps=2"]
+
+
+def _tiny_suite(tmp_path, model, **keys) -> str:
+    data = {"name": "t", "seeds": [0], "overrides": TINY, **keys, "matrices": [
+        {"name": "m", "algos": ["grpo"], "filters": ["none"], "envs": [None], "models": [str(model)]}]}
+    return write(tmp_path, data, f"suite-{len(keys)}.yaml")
+
+
+def test_validate_before_measures_the_untrained_model_and_leaves_training_as_it_was(tmp_path, tiny_model_dir,
+                                                                                     monkeypatch):
+    import torch
+
+    from ragen2 import trainer
+    from ragen2.config import build_config
+    from ragen2.run_dir import read_metrics
+
+    torch.set_num_threads(1)
+    validate, seen = trainer.validate, []  # (step, sum of the policy's weights) at every validation
+
+    def weights(model) -> float:
+        return float(sum(p.detach().double().sum() for p in model.parameters()))
+
+    def spy(run):
+        seen.append((run.step, weights(run.models.policy)))
+        return validate(run)
+
+    monkeypatch.setattr(trainer, "validate", spy)
+    cells = {}
+    for before_first in (False, True):
+        seen.clear()
+        out = tmp_path / f"bench-{before_first}"
+        suite = _tiny_suite(tmp_path, tiny_model_dir, **({"validate_before": True} if before_first else {}))
+        assert main(["bench", suite, "--out", str(out), "--in-process", "--plain", "--no-plots"]) == 0
+        cells[before_first] = out / "runs" / "bandit--grpo--none--s0"
+    assert not (cells[False] / "bench_val_before.json").exists()
+    before = json.loads((cells[True] / "bench_val_before.json").read_text())
+
+    # the first validation ran before any update, on the weights a fresh set-up of the config has
+    cfg = build_config(yaml.safe_load((cells[True] / "config.yaml").read_text()))
+    fresh_run = trainer.setup(cfg, tmp_path / "fresh", quiet=True)
+    fresh = weights(fresh_run.models.policy)
+    assert seen[0] == (0, fresh) and len(seen) == 2 and seen[1][1] != fresh  # then the final one, trained
+    untimed = lambda metrics: {k: v for k, v in metrics.items() if not k.startswith("time/")}  # noqa: E731
+    assert untimed(before) == untimed(validate(fresh_run)) and before["val/num_groups"] == 2
+
+    # validating first moved no random stream: both cells trained alike, step for step
+    def trained(run_dir):
+        return [{k: v for k, v in row.items() if not k.startswith(("time/", "throughput/"))}
+                for row in read_metrics(run_dir)]
+    assert len(trained(cells[True])) == 2 and trained(cells[True]) == trained(cells[False])
+
+    out = cells[True].parents[1]
+    row = next(csv.DictReader((out / "results.csv").open()))
+    assert float(row["val_success_before"]) == before["val/success_rate"]
+    assert float(row["update_s"]) > 0 and float(row["rollout_s"]) > 0
+    assert "| val before |" in (out / "report.md").read_text()
+    assert json.loads((out / "bench.json").read_text())["validate_before"] is True
+
+
+def test_validate_before_is_refused_with_the_openrlhf_engine(tmp_path, capsys):
+    suite = _tiny_suite(tmp_path, "bundled", validate_before=True)
+    assert main(["bench", suite, "--out", str(tmp_path / "o"), "--engine", "openrlhf"]) == 2
+    assert "validate_before runs on the local engine only" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()

@@ -29,7 +29,7 @@ ENV_NAME = "filter_probe_coin"
 NUM_GROUPS, GROUP_SIZE, STEPS = 8, 3, 3
 SETTINGS = [f"env.name={ENV_NAME}", f"rollout.num_groups={NUM_GROUPS}", f"rollout.group_size={GROUP_SIZE}",
             "rollout.max_new_tokens=6", "trainer.val_groups=2", "optim.micro_batch_size=4",
-            "optim.mini_batch_size=8", "probe.every=0", "filter.max_consecutive_skips=0"]
+            "optim.mini_batch_size=8", "probe.every=0", "stop.max_consecutive_skips=0"]
 
 
 class CoinProbeEnv(TextEnv):

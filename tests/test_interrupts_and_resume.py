@@ -246,7 +246,7 @@ def test_resuming_with_another_thread_count_warns(three_saved_steps, capsys):
 def test_low_validation_success_stops_the_run_as_ragen2_does(tiny_model_dir, tmp_path):
     # The random tiny model never succeeds: with a validation every step, the 2nd low one stops it.
     assert main(["train", "--quiet", "--out", str(tmp_path), "trainer.run_name=r", "trainer.val_every=1",
-                 "filter.low_val_patience=2", *_common(tiny_model_dir, 6)]) == 0
+                 "stop.low_val_patience=2", *_common(tiny_model_dir, 6)]) == 0
     rows = read_metrics(tmp_path / "r")
     assert len(rows) == 2 and rows[-1]["stop_reason"] == "low_validation_success"
     assert [r["snr/low_validations"] for r in rows] == [1.0, 2.0]

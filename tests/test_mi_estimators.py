@@ -226,7 +226,7 @@ MI_COLLAPSE = [4.0, 4.0, 4.0, 3.5, 1.5, 1.5, 1.5, 1.0, 1.0]  # early level 4, th
 
 
 def test_template_collapse_fires_once_when_entropy_holds():
-    det = CollapseDetector(CollapseDetectorConfig(baseline_points=3, mi_fraction=0.5, mi_consecutive=3))
+    det = CollapseDetector(CollapseDetectorConfig(mi_baseline=3, mi_ratio=0.5, mi_patience=3))
     series = [(10 * i, {"mi_zscore_ema": v, "entropy": 2.0}) for i, v in enumerate(MI_COLLAPSE)]
     alerts = _feed(det, series)
     assert len(alerts) == 1
@@ -243,23 +243,23 @@ def test_template_collapse_fires_once_when_entropy_holds():
 
 
 def test_no_template_alert_when_entropy_falls_too():
-    det = CollapseDetector(CollapseDetectorConfig(baseline_points=3, mi_fraction=0.5, mi_consecutive=3,
-                                                  entropy_fall_fraction=0.7))
+    det = CollapseDetector(CollapseDetectorConfig(mi_baseline=3, mi_ratio=0.5, mi_patience=3,
+                                                  entropy_ratio=0.7))
     entropies = [2.0, 2.0, 2.0, 1.8, 1.0, 0.8, 0.6, 0.5, 0.5]  # falls below 0.7 x 2.0 = 1.4
     series = [(i, {"mi_zscore_ema": v, "entropy": e}) for i, (v, e) in enumerate(zip(MI_COLLAPSE, entropies))]
     assert _feed(det, series) == []
 
 
 def test_template_alert_without_entropy_says_so_and_needs_positive_early_level():
-    det = CollapseDetector(CollapseDetectorConfig(mi_consecutive=2))
+    det = CollapseDetector(CollapseDetectorConfig(mi_patience=2))
     alerts = _feed(det, [(i, {"mi_zscore_ema": v}) for i, v in enumerate([2.0, 2.0, 2.0, 0.1, 0.1])])
     assert [a.step for a in alerts] == [4] and "entropy unknown" in alerts[0].message
-    flat = CollapseDetector(CollapseDetectorConfig(mi_consecutive=1))
+    flat = CollapseDetector(CollapseDetectorConfig(mi_patience=1))
     assert _feed(flat, [(i, {"mi_zscore_ema": v}) for i, v in enumerate([0.0, -0.1, 0.1, -5.0])]) == []
 
 
 def test_reward_std_cliff_against_running_max():
-    det = CollapseDetector(CollapseDetectorConfig(baseline_points=3, reward_std_fraction=0.25))
+    det = CollapseDetector(CollapseDetectorConfig(reward_std_baseline=3, reward_std_ratio=0.25))
     values = [1.0, 1.2, 1.1, 1.3, 0.9, 0.2, 0.1, 0.5, 0.3]
     alerts = _feed(det, [(i, {"reward_std": v}) for i, v in enumerate(values)])
     # step 5: 0.2 < 0.25 x 1.3; step 6 stays low (no repeat); step 7 recovers; step 8: 0.3 < 0.325
@@ -268,8 +268,8 @@ def test_reward_std_cliff_against_running_max():
 
 
 def test_reward_std_cliff_against_early_level_with_consecutive_steps():
-    cfg = CollapseDetectorConfig(baseline_points=2, reward_std_fraction=0.5, reward_std_reference="early",
-                                 reward_std_consecutive=2)
+    cfg = CollapseDetectorConfig(reward_std_baseline=2, reward_std_ratio=0.5, reward_std_reference="early",
+                                 reward_std_patience=2)
     det = CollapseDetector(cfg)
     values = [1.0, 2.0, 5.0, 0.7, 0.9, 0.6, 0.6]  # early level 1.5, threshold 0.75 (the 5.0 is ignored)
     alerts = _feed(det, [(i, {"reward_std": v}) for i, v in enumerate(values)])
@@ -278,7 +278,7 @@ def test_reward_std_cliff_against_early_level_with_consecutive_steps():
 
 
 def test_grad_norm_spike_against_running_median():
-    det = CollapseDetector(CollapseDetectorConfig(grad_norm_multiple=5.0, grad_norm_min_history=5))
+    det = CollapseDetector(CollapseDetectorConfig(grad_norm_ratio=5.0, grad_norm_min_history=5))
     values = [1.0, 100.0]  # too little history to judge: no alert
     values += [1.2, 0.8, 1.0, 6.0, 7.0, 1.0, 30.0]
     alerts = _feed(det, [(i, {"grad_norm": v}) for i, v in enumerate(values)])
@@ -291,7 +291,7 @@ def test_grad_norm_spike_against_running_median():
 
 
 def test_detector_state_dict_resumes_exactly():
-    cfg = CollapseDetectorConfig(baseline_points=3, mi_consecutive=3)
+    cfg = CollapseDetectorConfig(mi_baseline=3, mi_patience=3)
     series = [(i, {"mi_zscore_ema": mi, "entropy": 2.0, "reward_std": rs, "grad_norm": g})
               for i, (mi, rs, g) in enumerate(zip(MI_COLLAPSE, [1, 1, 1, 1, 1, 0.1, 0.1, 1, 0.1],
                                                   [1, 1, 1, 1, 1, 9, 1, 1, 1]))]
@@ -319,7 +319,7 @@ def test_detector_rejects_bad_input():
         det.update(6, entropy="high")
     with pytest.raises(ValueError, match="not a CollapseDetector state dict"):
         det.load_state_dict({"last_step": 3})
-    for bad in ({"mi_fraction": 1.5}, {"mi_consecutive": 0}, {"reward_std_reference": "median"},
-                {"grad_norm_multiple": 1.0}, {"grad_norm_min_history": 60, "grad_norm_window": 50}):
+    for bad in ({"mi_ratio": 1.5}, {"mi_patience": 0}, {"reward_std_reference": "median"},
+                {"grad_norm_ratio": 1.0}, {"grad_norm_min_history": 60, "grad_norm_window": 50}):
         with pytest.raises(ValueError):
             CollapseDetectorConfig(**bad)

@@ -54,7 +54,7 @@ def test_env_name_override_picks_the_env_like_the_flag():
     ("--filter", "SNR-Top-P", "filter", "snr-top-p"), ("--algo", "dr_grpo", "algo", "dr-grpo")])
 def test_preset_names_ignore_case_and_separators(capsys, flag, spelling, field, expected):
     cfg = _dry_run(capsys, flag, spelling)
-    assert (cfg["filter"]["preset"] if field == "filter" else cfg["algo"]["name"]) == expected
+    assert (cfg["filter_preset"] if field == "filter" else cfg["algo"]["name"]) == expected
 
 
 def test_a_misspelt_preset_is_named_with_a_suggestion(capsys):

@@ -313,7 +313,7 @@ def test_preset_errors(tmp_path):
 # ---------------------------------------------------------------- StopPolicy
 
 def test_consecutive_skips_reset_by_a_trained_step():
-    policy = StopPolicy(StopConfig(collapse_patience=0))  # skips only
+    policy = StopPolicy(StopConfig(spread_patience=0))  # skips only
     counts = []
     for skipped in [True, True, False, True, True, True, True]:
         assert not policy.update(skipped).stop
@@ -328,7 +328,7 @@ def test_consecutive_skips_reset_by_a_trained_step():
 
 
 def test_skip_rule_can_be_turned_off():
-    policy = StopPolicy(StopConfig(max_consecutive_skips=0, collapse_patience=0))
+    policy = StopPolicy(StopConfig(max_consecutive_skips=0, spread_patience=0))
     assert not any(policy.update(True).stop for _ in range(50))
 
 
@@ -354,12 +354,12 @@ def test_spread_collapse_detection():
 
 
 def test_collapse_configurable_and_off():
-    policy = StopPolicy(StopConfig(collapse_baseline_steps=2, collapse_patience=2, collapse_ratio=0.5))
+    policy = StopPolicy(StopConfig(spread_baseline=2, spread_patience=2, spread_ratio=0.5))
     assert [d.stop for d in feed(policy, [2.0, 4.0, 1.0, 1.4])] == [False, False, False, True]  # below 1.5
-    off = StopPolicy(StopConfig(collapse_patience=0))
+    off = StopPolicy(StopConfig(spread_patience=0))
     assert not any(d.stop for d in feed(off, [1.0] * 10 + [0.0] * 30))
-    with pytest.raises(ValueError, match="collapse_ratio must be in"):
-        StopConfig(collapse_ratio=0.0)
+    with pytest.raises(ValueError, match="spread_ratio must be in"):
+        StopConfig(spread_ratio=0.0)
     with pytest.raises(ValueError, match="max_consecutive_skips must be a whole number"):
         StopConfig(max_consecutive_skips=-1)
 

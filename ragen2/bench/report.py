@@ -1,9 +1,10 @@
 """`ragen2 bench report DIR`: every table and plot rebuilt from the cells' run directories.
 
 Writes into DIR:
-  results.csv / results.json  one row per cell (final and best validation success, rewards,
-                              steps skipped, wall time, tokens), plus, in the JSON, the means
-                              and standard deviations over seeds
+  results.csv / results.json  one row per cell (validation success before training where the
+                              suite measured it, final and best after; rewards, steps skipped,
+                              wall, rollout and update time, tokens), plus, in the JSON, the
+                              means and standard deviations over seeds
   report.md                   the paper-shaped table per matrix: validation success (%) per env
                               and algorithm, mean ± std over seeds, each filter's change from the
                               baseline, published numbers beside ours where the suite has them;
@@ -25,15 +26,25 @@ from pathlib import Path
 from ragen2.bench.plots import plot_envs
 from ragen2.bench.published import PUBLISHED, published_value
 from ragen2.bench.runner import read_manifest, read_state
+from ragen2.bench.worker import VAL_BEFORE_FILE
 from ragen2.run_dir import finite, read_steps, read_summary
 
 COLUMNS = ("name", "matrix", "env", "algo", "filter", "variant", "treatment", "row", "model", "seed", "status",
            "reason",
-           "steps", "steps_trained", "steps_skipped", "stop_reason", "final_val_success", "best_val_success",
-           "final_val_reward", "final_val_pass_at_g", "train_reward_mean", "last_train_reward", "kept_fraction_mean",
-           "last_mi_zscore_ema", "wall_s", "rollout_tokens", "response_tokens", "run_dir")
-AGGREGATED = ("final_val_success", "best_val_success", "final_val_reward", "train_reward_mean", "steps_skipped",
-              "wall_s", "rollout_tokens")
+           "steps", "steps_trained", "steps_skipped", "stop_reason", "val_success_before", "final_val_success",
+           "best_val_success", "final_val_reward", "final_val_pass_at_g", "train_reward_mean", "last_train_reward",
+           "kept_fraction_mean", "last_mi_zscore_ema", "wall_s", "rollout_s", "update_s", "rollout_tokens",
+           "response_tokens", "run_dir")
+AGGREGATED = ("val_success_before", "final_val_success", "best_val_success", "final_val_reward", "train_reward_mean",
+              "steps_skipped", "wall_s", "rollout_s", "update_s", "rollout_tokens")
+# The phases a filter shrinks (they run on the kept groups only): their sum is the update time.
+UPDATE_PHASES = ("old_log_probs", "ref_log_probs", "values", "advantages", "update")
+
+
+def val_before(run_dir: Path) -> dict:
+    """Validation metrics of the untrained model, where the suite asked for them (validate_before)."""
+    path = Path(run_dir) / VAL_BEFORE_FILE
+    return json.loads(path.read_text()) if path.is_file() else {}
 
 
 def _mean(values) -> float | None:
@@ -64,8 +75,11 @@ def cell_result(cell: dict) -> dict:
         return [v for r in rows if (v := finite(r.get(key))) is not None]
 
     rewards, mi = logged("rollout/reward_mean"), logged("probe/mi_zscore_ema")
+    rollout_s = logged("time/rollout_s")  # phase times: absent from an OpenRLHF run's rows
+    update_s = [seconds for phase in UPDATE_PHASES for seconds in logged(f"time/{phase}_s")]
     row.update({
         "status": "done",
+        "val_success_before": finite(val_before(run_dir).get("val/success_rate")),
         "steps": summary["steps"], "steps_trained": summary["steps_trained"],
         "steps_skipped": summary["steps_skipped"], "stop_reason": summary.get("stop_reason"),
         "final_val_success": summary.get("final_val_success_rate"),
@@ -78,6 +92,8 @@ def cell_result(cell: dict) -> dict:
         "last_mi_zscore_ema": mi[-1] if mi else None,
         # The runner's clock spans every attempt of a resumed cell; a hand-run cell has only its last session.
         "wall_s": state.get("wall_s", summary.get("wall_s_this_session")),
+        "rollout_s": sum(rollout_s) if rollout_s else None,
+        "update_s": sum(update_s) if update_s else None,
         "rollout_tokens": int(sum(logged("rollout/num_tokens"))),
         "response_tokens": int(round(sum((finite(r.get("rollout/response_tokens_mean")) or 0.0)
                                          * (finite(r.get("rollout/num_trajectories")) or 0.0) for r in rows))),
@@ -166,7 +182,12 @@ def markdown(manifest: dict, results: list[dict], stats: dict, plots: list[Path]
     if manifest.get("description"):
         lines += [manifest["description"].strip(), ""]
     done = sum(r["status"] == "done" for r in results)
-    lines += [f"{done} of {len(results)} cells finished. Engine: {manifest.get('engine', 'local')}. "
+    machine = manifest.get("machine")
+    where = ""
+    if machine:
+        gpu = f", {machine['gpu']}" if "gpu" in machine else ""
+        where = f" on {machine['cpu']} ({machine['cpus_usable']} cores{gpu})"
+    lines += [f"{done} of {len(results)} cells finished. Engine: {manifest.get('engine', 'local')}{where}. "
               "Numbers: final validation success rate in percent, mean ± sample std over seeds "
               "(– for one seed); in brackets, the change of the mean from the matrix's baseline, in points.", ""]
     for matrix in dict.fromkeys(c["matrix"] for c in cells):
@@ -179,20 +200,20 @@ def markdown(manifest: dict, results: list[dict], stats: dict, plots: list[Path]
     if published:
         lines += [f"Published rows: {PUBLISHED[published]['source']}, {PUBLISHED[published]['metric']}; "
                   "a different model and scale from ours unless the suite ran the paper's setting.", ""]
-    lines += ["## Every cell", "", "| cell | status | final val | best val | val reward | train reward | kept fraction "
-              "| skipped | MI-ZScore-EMA (last) | wall (min) | rollout tokens |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines += ["## Every cell", "", "| cell | status | val before | final val | best val | val reward | train reward "
+              "| kept fraction | skipped | MI-ZScore-EMA (last) | wall (min) | update (min) | rollout tokens |",
+              "|" + " --- |" * 13]
 
     def fmt(value, spec=".3f"):
         return "—" if value is None else format(value, spec)
 
     for r in results:
-        wall = None if r["wall_s"] is None else r["wall_s"] / 60
-        lines.append(f"| {r['name']} | {r['status']} | {fmt(r['final_val_success'])} | {fmt(r['best_val_success'])} | "
-                     f"{fmt(r['final_val_reward'])} | {fmt(r['train_reward_mean'])} | "
+        wall, update = (None if r[key] is None else r[key] / 60 for key in ("wall_s", "update_s"))
+        lines.append(f"| {r['name']} | {r['status']} | {fmt(r['val_success_before'])} | {fmt(r['final_val_success'])} "
+                     f"| {fmt(r['best_val_success'])} | {fmt(r['final_val_reward'])} | {fmt(r['train_reward_mean'])} | "
                      f"{fmt(r['kept_fraction_mean'], '.2f')} | "
                      f"{fmt(r['steps_skipped'], 'd')} | {fmt(r['last_mi_zscore_ema'])} | "
-                     f"{fmt(wall, '.1f')} | {fmt(r['rollout_tokens'], 'd')} |")
+                     f"{fmt(wall, '.1f')} | {fmt(update, '.1f')} | {fmt(r['rollout_tokens'], 'd')} |")
     unfinished = [r for r in results if r["status"] != "done"]
     if unfinished:
         lines += ["", "## Not finished", ""]

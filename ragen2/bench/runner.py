@@ -12,6 +12,7 @@ State on disk, so `ragen2 bench` can be stopped and started again:
   <out>/runs/<cell>/config.yaml   written before the cell starts; the resume check compares it
   <out>/runs/<cell>/summary.json  written by the trainer at the end: the cell is done
   <out>/runs/<cell>/bench_cell.json  status, attempts, reason of the last failure, wall time
+  <out>/runs/<cell>/bench_val_before.json  validation of the untrained model (validate_before)
 A done cell is skipped; any other cell is (re)started with resume=True, which continues from its
 latest checkpoint when it has one.
 """
@@ -27,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from ragen2.bench.machine import machine_info
 from ragen2.bench.suite import Cell, Suite, SuiteError, config_difference, key_settings
 from ragen2.bench.worker import ERROR_FILE, run_cell
 from ragen2.run_dir import CONFIG_FILE, SUMMARY_FILE, checkpoints_dir, read_steps, read_summary, write_config
@@ -91,9 +93,12 @@ def check_resumable(cells: list[Cell]) -> None:
 def write_manifest(out: Path, suite: Suite, cells: list[Cell], engine: str) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     path = out / MANIFEST
+    # where the wall times were measured; each cell sets its own torch threads (its config.yaml)
+    machine = {k: v for k, v in machine_info().items() if k != "torch_threads"}
     path.write_text(json.dumps({
         "suite": suite.name, "suite_path": str(suite.path), "description": suite.description,
-        "published": suite.published, "keep_final_checkpoint": suite.keep_final_checkpoint, "engine": engine,
+        "published": suite.published, "keep_final_checkpoint": suite.keep_final_checkpoint,
+        "validate_before": suite.validate_before, "engine": engine, "machine": machine,
         "suite_data": suite.data,
         "cells": [{**c.record(), "settings": key_settings(c)} for c in cells]}, indent=1))
     return path
@@ -124,11 +129,13 @@ def steps_logged(run_dir: Path) -> int:
 
 
 def subprocess_cell(cell: Cell, on_progress: Callable[[str], None], engine: str = "local",
-                    threads: int | None = None, cluster: dict | None = None) -> None:
+                    threads: int | None = None, cluster: dict | None = None, validate_before: bool = False) -> None:
     """Train a cell in a child process; raises CellFailed with the reason if it does not finish."""
     command = [sys.executable, "-m", "ragen2.bench.worker", str(cell.run_dir), "--engine", engine]
     if threads:
         command += ["--threads", str(threads)]
+    if validate_before:
+        command.append("--validate-before")
     if cluster:
         command += ["--cluster", json.dumps(cluster)]
     total = cell.config.trainer.total_steps
@@ -154,12 +161,12 @@ def subprocess_cell(cell: Cell, on_progress: Callable[[str], None], engine: str 
 
 
 def in_process_cell(cell: Cell, on_progress: Callable[[str], None], engine: str = "local",
-                    threads: int | None = None, cluster: dict | None = None) -> None:
+                    threads: int | None = None, cluster: dict | None = None, validate_before: bool = False) -> None:
     if threads:
         import torch  # here only: the parent of subprocess cells never loads it
 
         torch.set_num_threads(threads)
-    run_cell(cell.run_dir, engine, quiet=True, cluster=cluster)
+    run_cell(cell.run_dir, engine, quiet=True, cluster=cluster, validate_before=validate_before)
 
 
 def _done_note(run_dir: Path) -> str:

@@ -7,6 +7,7 @@ A suite (configs/bench/NAME.yaml, or any path) looks like
     published: ragen2-main          # optional: published numbers to print beside ours
     baseline: none                  # treatment the deltas are measured from (default: the first)
     keep_final_checkpoint: false    # keep the last checkpoint of a finished cell (for `ragen2 eval`)
+    validate_before: false          # validate each cell's untrained model too (the curve's step 0)
     scale_config: configs/paper/ragen2-main.yaml   # optional; its algo/filter sections are ignored
     seeds: [0, 1, 2]                # default for matrices that do not list their own
     overrides: [trainer.val_every=10]             # every cell
@@ -24,7 +25,16 @@ A suite (configs/bench/NAME.yaml, or any path) looks like
 Each cell is one ordinary run directory `<out>/runs/<cell name>`. A cell's config layers, later
 wins: base → env → algo → filter presets (as `ragen2 train`), then the scale config's sections,
 suite overrides, matrix overrides, the model, the variant, `--set` overrides, and the cell's
-seed and run directory. The scale config is applied as overrides rather than as a preset layer
+seed and run directory.
+
+With `validate_before`, each cell also validates its untrained model before its first update
+(the same validation as during training; kept in the run directory, see ragen2.bench.worker):
+the report's "val before" column and the first point of the validation curves, so a change is
+read against where the model started. Cells that share a seed start from the same model, but
+each validates on its own: which cells could share one depends on the env, model, rollout and
+validation settings of a general matrix, and one validation is small beside a cell's training.
+
+The scale config is applied as overrides rather than as a preset layer
 so that it sets the scale (model, rollout, optimiser, steps) while the matrix's algo and filter
 presets stay in force: configs/paper files also fix an algo section, which would otherwise
 turn every algorithm of the main table into PPO.
@@ -41,15 +51,15 @@ from pathlib import Path
 import yaml
 
 from ragen2.bench.published import PUBLISHED
-from ragen2.config import CONFIG_DIR, Config, ConfigError, load_config
+from ragen2.config import CONFIG_DIR, Config, ConfigError, build_config, load_config, upgrade_saved
 
 SUITE_DIR = CONFIG_DIR / "bench"
 SUITE_KEYS = {"name": str, "description": str, "published": str, "baseline": str, "keep_final_checkpoint": bool,
-              "scale_config": str, "seeds": list, "overrides": list, "matrices": list}
+              "validate_before": bool, "scale_config": str, "seeds": list, "overrides": list, "matrices": list}
 MATRIX_KEYS = {"name": str, "algos": list, "filters": list, "envs": list, "seeds": list, "models": list,
                "variants": dict, "overrides": list, "baseline": str, "compare": str}
 COMPARE = ("filter", "algo")  # what a matrix's table compares side by side within an env
-SCALE_SECTIONS_IGNORED = ("algo", "filter")  # the matrix chooses these
+SCALE_SECTIONS_IGNORED = ("algo", "filter", "filter_preset")  # the matrix chooses these
 # A run keeps only its newest checkpoint (a 135M checkpoint is ~1.5 GB): enough to resume.
 BENCH_DEFAULTS = ("trainer.keep_last=1",)
 
@@ -99,6 +109,7 @@ class Suite:
     description: str = ""
     published: str | None = None
     keep_final_checkpoint: bool = False
+    validate_before: bool = False
     matrices: list[dict] = field(default_factory=list)
 
 
@@ -196,7 +207,7 @@ def load_suite(name_or_path: str) -> Suite:
                              f"known: {sorted(PUBLISHED)}")
     return Suite(name=data["name"], path=path, data=data, description=data.get("description", ""),
                  published=data.get("published"), keep_final_checkpoint=data.get("keep_final_checkpoint", False),
-                 matrices=data["matrices"])
+                 validate_before=data.get("validate_before", False), matrices=data["matrices"])
 
 
 def flatten(data: dict, prefix: str = "") -> list[str]:
@@ -261,7 +272,7 @@ def expand(suite: Suite, out: Path, extra_overrides: list[str] = ()) -> list[Cel
                                  f"variant={variant or '-'} seed={seed}: {error}") from None
             matrix_cells.append(Cell(
                 name="", matrix=matrix["name"], env=_label(env, cfg.env.name), algo=_label(algo, cfg.algo.name),
-                filter=_label(filter_name, cfg.filter.preset), variant=variant, model=_model_label(cfg.model.name),
+                filter=_label(filter_name, cfg.filter_preset), variant=variant, model=_model_label(cfg.model.name),
                 seed=seed, compare=matrix.get("compare", "filter"), overrides=overrides, presets=presets, config=cfg,
                 run_dir=Path(), baseline=""))
         treatments = list(dict.fromkeys(c.treatment for c in matrix_cells))
@@ -309,6 +320,11 @@ def key_settings(cell: Cell) -> str:
 
 def config_difference(saved_yaml: str, cfg: Config) -> list[str]:
     """Dotted keys whose values differ between a saved config.yaml and `cfg` (for resume errors)."""
-    old = dict(i.split("=", 1) for i in flatten(yaml.safe_load(saved_yaml) or {}))
+    saved = yaml.safe_load(saved_yaml) or {}
+    try:  # as this version reads it: renamed keys and fields added since are no difference
+        saved = json.loads(build_config(upgrade_saved(saved)).model_dump_json())
+    except ConfigError:
+        pass
+    old = dict(i.split("=", 1) for i in flatten(saved))
     new = dict(i.split("=", 1) for i in flatten(json.loads(cfg.model_dump_json())))
     return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))

@@ -1,7 +1,9 @@
 """One bench cell in its own process: `python -m ragen2.bench.worker RUN_DIR [--engine NAME]`.
 
 The parent (ragen2.bench.runner) writes RUN_DIR/config.yaml first; this reads it, trains (or
-continues from the latest checkpoint), and exits 0 when summary.json is written. On an error it
+continues from the latest checkpoint), and exits 0 when summary.json is written. With
+`--validate-before` (the suite's `validate_before`), a cell that has not trained yet first
+validates the untrained model into RUN_DIR/bench_val_before.json. On an error it
 writes RUN_DIR/bench_error.json (type, message, traceback) so the parent can show the reason,
 and exits 1. Output goes wherever the parent points stdout/stderr (RUN_DIR/bench_output.log).
 """
@@ -16,10 +18,11 @@ import traceback
 from importlib.util import find_spec
 from pathlib import Path
 
-from ragen2.config import build_config
-from ragen2.run_dir import SUMMARY_FILE, read_config, read_summary
+from ragen2.config import saved_config
+from ragen2.run_dir import CONFIG_FILE, SUMMARY_FILE, read_summary
 
 ERROR_FILE = "bench_error.json"
+VAL_BEFORE_FILE = "bench_val_before.json"  # validation metrics of the untrained model
 ENGINES = ("local", "openrlhf")
 
 
@@ -49,12 +52,15 @@ def openrlhf_run():
     return launch.run
 
 
-def run_cell(run_dir: Path, engine: str = "local", quiet: bool = False, cluster: dict | None = None) -> dict:
+def run_cell(run_dir: Path, engine: str = "local", quiet: bool = False, cluster: dict | None = None,
+             validate_before: bool = False) -> dict:
     """Train the run whose config.yaml is in run_dir, resuming when it can; returns the summary.
 
     `cluster` ({"nodes", "gpus_per_node", "vllm_tp"}) goes to the OpenRLHF engine.
+    `validate_before` (local engine only) validates the untrained model first, once: a cell
+    resumed from a checkpoint has trained already, and a saved validation is not repeated.
     """
-    cfg = build_config(read_config(run_dir))
+    cfg = saved_config(run_dir / CONFIG_FILE)
     if engine == "openrlhf":
         options = {"nodes": 1, "gpus_per_node": 8, "vllm_tp": 1, **(cluster or {})}
         status = openrlhf_run()(cfg, run_dir, argparse.Namespace(dry_run=False, **options))
@@ -67,6 +73,10 @@ def run_cell(run_dir: Path, engine: str = "local", quiet: bool = False, cluster:
     from ragen2 import trainer  # torch: only in the process that trains (the bench parent imports this module)
 
     run = trainer.setup(cfg, run_dir, resume=True, quiet=quiet)
+    before = run_dir / VAL_BEFORE_FILE
+    if validate_before and run.step == 0 and not before.is_file():
+        # its own sampling generator: validating first leaves the training run as it would have been
+        before.write_text(json.dumps(trainer.validate(run), indent=1))
     return trainer.train(run)
 
 
@@ -76,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engine", choices=ENGINES, default="local")
     parser.add_argument("--threads", type=int, help="torch threads")
     parser.add_argument("--cluster", type=json.loads, default={}, help="OpenRLHF cluster options as JSON")
+    parser.add_argument("--validate-before", action="store_true", help="validate the untrained model first")
     args = parser.parse_args(argv)
     (args.run_dir / ERROR_FILE).unlink(missing_ok=True)
     try:
@@ -83,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
             import torch  # only in the process that trains, as trainer above
 
             torch.set_num_threads(args.threads)
-        run_cell(args.run_dir, args.engine, cluster=args.cluster)
+        run_cell(args.run_dir, args.engine, cluster=args.cluster, validate_before=args.validate_before)
     except Exception as error:  # noqa: BLE001 - any failure is this cell's, reported to the parent
         (args.run_dir / ERROR_FILE).write_text(json.dumps({
             "type": type(error).__name__, "message": str(error), "traceback": traceback.format_exc()}, indent=1))

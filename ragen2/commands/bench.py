@@ -70,6 +70,10 @@ def run(args) -> int:
             print(f"  [{status:6}] {cell.name}\n           {key_settings(cell)}")
         return 0
     if args.engine == "openrlhf":
+        if suite.validate_before:
+            print(f"error: {suite.path}: validate_before runs on the local engine only (the OpenRLHF engine "
+                  "validates inside its own trainer); drop it or --engine", file=sys.stderr)
+            return 2
         try:
             openrlhf_run()
         except EngineUnavailable as error:
@@ -79,7 +83,8 @@ def run(args) -> int:
     run_one = runner.in_process_cell if args.in_process else runner.subprocess_cell
     cluster = ({"nodes": args.nodes, "gpus_per_node": args.gpus_per_node, "vllm_tp": args.vllm_tp}
                if args.engine == "openrlhf" else None)
-    run_one = functools.partial(run_one, engine=args.engine, threads=args.threads, cluster=cluster)
+    run_one = functools.partial(run_one, engine=args.engine, threads=args.threads, cluster=cluster,
+                                validate_before=suite.validate_before)
     print(f"bench {suite.name}: {len(cells)} cells in {out}/runs (logs: <cell>/{runner.CELL_LOG})", file=sys.stderr)
     with make_display([c.name for c in cells], f"ragen2 bench {suite.name}",
                       live=False if args.plain else None) as display:

@@ -19,6 +19,7 @@ rollout modules are imported inside the functions that need them.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -28,9 +29,8 @@ from pathlib import Path
 
 import envs
 from ragen2.commands import COMMANDS
-from ragen2.config import ConfigError, build_config, load_config, rollout_config
-from ragen2.run_dir import (CHECKPOINT_STATE_FILE, CHECKPOINTS_DIR, CONFIG_FILE, EVAL_DIR, POLICY_DIR,
-                            read_config)
+from ragen2.config import ConfigError, load_config, saved_config
+from ragen2.run_dir import CHECKPOINT_STATE_FILE, CHECKPOINTS_DIR, CONFIG_FILE, EVAL_DIR, POLICY_DIR
 from ragen2.seeding import eval_sampling_seed, eval_seeds
 
 
@@ -99,10 +99,10 @@ def resolve_target(target: str):
 
 
 def _run_config(run_dir: Path, checkpoint: Path):
-    data = read_config(run_dir)
-    if data is None:
+    saved = run_dir / CONFIG_FILE
+    if not saved.is_file():
         raise EvalError(f"{checkpoint}: its run directory {run_dir} has no {CONFIG_FILE}, so the base model is unknown")
-    return build_config(data)
+    return saved_config(saved)
 
 
 def env_overrides(cfg, env_name: str, extra: list[str]) -> dict:
@@ -180,9 +180,7 @@ def run(args) -> int:
         overrides = env_overrides(cfg, args.env, args.env_override)
         rollout_overrides = {"group_size": args.group_size, "max_turns": args.max_turns,
                              "max_new_tokens": args.max_new_tokens}
-        for key, value in rollout_overrides.items():
-            if value is not None:
-                setattr(cfg.rollout, key, value)
+        cfg.rollout = dataclasses.replace(cfg.rollout, **{k: v for k, v in rollout_overrides.items() if v is not None})
         if args.device:
             cfg.model.device = args.device
     except (EvalError, ConfigError, ValueError) as error:
@@ -208,8 +206,8 @@ def run(args) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     started = time.perf_counter()
-    stats = evaluate_policy(policy, tokenizer, args.env, overrides, rollout_config(cfg, temperature), num_groups,
-                            args.seed)
+    stats = evaluate_policy(policy, tokenizer, args.env, overrides,
+                            dataclasses.replace(cfg.rollout, temperature=temperature), num_groups, args.seed)
     result = {"target": args.target, "checkpoint": str(checkpoint) if checkpoint else None, "model": cfg.model.name,
               "env": args.env, "env_overrides": overrides, "group_size": group_size, "seed": args.seed,
               "temperature": temperature, "max_turns": cfg.rollout.max_turns,

@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 from ragen2.commands import COMMANDS
-from ragen2.config import ConfigError, _merge, _parse_override, build_config, load_config
+from ragen2.config import ConfigError, _merge, _parse_override, build_config, load_config, upgrade_saved
 from ragen2.engines.openrlhf import launch as openrlhf_launch
 from ragen2.run_dir import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, has_run
 
@@ -82,7 +82,7 @@ def compose(args):
             raise ConfigError(f"--resume {run_dir}: no {CONFIG_FILE} there (is it a run directory?)")
         if any(presets.values()) or args.config:
             raise ConfigError("--resume continues a run with its saved config; presets cannot change")
-        data = yaml.safe_load(saved.read_text())
+        data = upgrade_saved(yaml.safe_load(saved.read_text()) or {})
         for item in overrides:
             data = _merge(data, _parse_override(item))
         cfg = build_config(data)
@@ -92,7 +92,7 @@ def compose(args):
     cfg = load_config(env=presets["env"], algo=presets["algo"], filter=presets["filter"], overrides=overrides,
                       extra=[Path(p) for p in args.config])
     name = cfg.trainer.run_name or (
-        f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.env.name}-{cfg.algo.name}-{cfg.filter.preset}-s{cfg.trainer.seed}")
+        f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.env.name}-{cfg.algo.name}-{cfg.filter_preset}-s{cfg.trainer.seed}")
     return cfg, Path(cfg.trainer.out) / name, False
 
 
@@ -150,7 +150,7 @@ def preflight(cfg, run_dir: Path, resume: bool, dry_run: bool = False) -> None:
 
 def _print_plan(cfg, run_dir: Path, resume: bool) -> None:
     print(f"run directory: {run_dir}" + (" (resume)" if resume else ""), file=sys.stderr)
-    print(f"env {cfg.env.name} | algo {cfg.algo.name} ({cfg.algo.advantage}) | filter {cfg.filter.preset} | "
+    print(f"env {cfg.env.name} | algo {cfg.algo.name} ({cfg.algo.advantage}) | filter {cfg.filter_preset} | "
           f"{cfg.rollout.num_groups} groups x {cfg.rollout.group_size}, up to {cfg.rollout.max_turns} turn(s) of "
           f"{cfg.rollout.max_new_tokens} tokens | {cfg.trainer.total_steps} steps | model {cfg.model.name} "
           f"({cfg.model.dtype}, {cfg.model.device})", file=sys.stderr)

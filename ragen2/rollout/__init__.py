@@ -4,9 +4,10 @@
     batch = rollout(model, tokenizer, env_factory, seeds, RolloutConfig(group_size=4), generator)
 """
 
-from ragen2.rollout.agent_loop import RolloutConfig, RolloutConfigError, evaluate, group_pass_rate, rollout
+from ragen2.rollout.agent_loop import evaluate, group_pass_rate, rollout
 from ragen2.rollout.batch import RolloutBatch, RowRecord, TrajectoryRecord
 from ragen2.rollout.chat import ChatFormat, ChatTemplateError, TokenTrajectory, reasoning_span
+from ragen2.rollout.config import RolloutConfig, RolloutConfigError
 from ragen2.rollout.generation import GenerationResult, generate, generate_one_at_a_time
 
 __all__ = [

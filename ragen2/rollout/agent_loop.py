@@ -23,7 +23,6 @@ Rewards: a turn's reward is the env's step reward, which already includes the fo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
@@ -33,56 +32,9 @@ from envs.prompt import after_turn, first_turn_messages
 from ragen2.progress import RolloutProgress
 from ragen2.rollout.batch import RolloutBatch, RowRecord, TrajectoryRecord
 from ragen2.rollout.chat import ChatFormat, TokenTrajectory, reasoning_span, reply_text
-from ragen2.rollout.generation import BACKENDS, generate, use_fast_backend
+from ragen2.rollout.config import RolloutConfig, RolloutConfigError
+from ragen2.rollout.generation import generate, use_fast_backend
 from ragen2.rollout.session import GenerationSession
-
-CONTEXT_MODES = ("full", "window")
-
-
-class RolloutConfigError(ValueError):
-    pass
-
-
-@dataclass(frozen=True)
-class RolloutConfig:
-    group_size: int = 8  # G rollouts per initial state
-    max_turns: int = 5  # K
-    max_new_tokens: int = 128  # per turn
-    temperature: float = 1.0
-    top_p: float = 1.0
-    context: str = "full"  # "full" | "window"
-    window_turns: int = 1  # window mode: turns in the prompt, the current one included
-    max_context_tokens: int = 4096  # prompt + max_new_tokens must fit, else the episode ends
-    max_response_words: int | None = None  # the prompt's length hint; None: no hint
-    stop_strings: tuple[str, ...] = ("</answer>",)
-    # RAGEN opens every assistant turn with the tag in the prompt ("<think>", or "<answer>"
-    # for answer-only envs): the model continues from inside the format instead of having
-    # to start it, which a 135M model rarely does unprompted.
-    prefill_tag: bool = True
-    # "auto": our own forward with a KV cache kept across turns (Llama-family models), else
-    # the model's forward re-reading each prompt; "hf" forces the latter.
-    backend: str = "auto"
-
-    def __post_init__(self) -> None:
-        for name in ("group_size", "max_turns", "max_new_tokens", "window_turns", "max_context_tokens"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise RolloutConfigError(f"{name} must be an int >= 1, got {value!r}")
-        if self.context not in CONTEXT_MODES:
-            raise RolloutConfigError(f"context must be one of {CONTEXT_MODES}, got {self.context!r}")
-        if not (isinstance(self.temperature, (int, float)) and 0 <= self.temperature < float("inf")):
-            raise RolloutConfigError(f"temperature must be a finite number >= 0, got {self.temperature!r}")
-        if not (isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1):
-            raise RolloutConfigError(f"top_p must be in (0, 1], got {self.top_p!r}")
-        if self.max_response_words is not None and (
-                isinstance(self.max_response_words, bool) or not isinstance(self.max_response_words, int)
-                or self.max_response_words < 1):
-            raise RolloutConfigError(f"max_response_words must be None or an int >= 1, got {self.max_response_words!r}")
-        if self.backend not in BACKENDS:
-            raise RolloutConfigError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
-        if self.max_new_tokens >= self.max_context_tokens:
-            raise RolloutConfigError(f"max_new_tokens ({self.max_new_tokens}) must be below "
-                                     f"max_context_tokens ({self.max_context_tokens}): no room for a prompt")
 
 
 def eos_token_ids(model, tokenizer) -> list[int]:

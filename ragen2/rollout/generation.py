@@ -31,6 +31,7 @@ import torch
 
 from ragen2 import precision
 from ragen2.rollout import fast_decoder
+from ragen2.rollout.config import BACKENDS
 
 try:  # transformers' cache API (4.56+ / 5.x); without it the model's own cache is used
     from transformers import PreTrainedModel
@@ -39,7 +40,6 @@ except ImportError:  # pragma: no cover - another transformers layout
     DynamicLayer = None
 
 FINISH_REASONS = ("stop", "eos", "length")
-BACKENDS = ("auto", "fast", "hf")
 
 
 def use_fast_backend(model, backend: str) -> bool:

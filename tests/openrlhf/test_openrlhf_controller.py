@@ -57,7 +57,7 @@ def controller(monkeypatch):
     cfg = load_config(filter="snr-top-p", overrides=["rollout.group_size=4", "rollout.num_groups=4", "probe.every=0",
                                                      "optim.micro_batch_size=1", "optim.mini_batch_size=4",
                                                      "trainer.total_steps=3", "trainer.val_every=2",
-                                                     "trainer.save_every=2", "filter.max_consecutive_skips=5"])
+                                                     "trainer.save_every=2", "stop.max_consecutive_skips=5"])
     instance = trainer_patch.RagenPPOTrainer.__new__(trainer_patch.RagenPPOTrainer)
     instance.args = SimpleNamespace(rollout=SimpleNamespace(micro_batch_size=1), ckpt=SimpleNamespace(save_steps=2),
                                     ds=SimpleNamespace(ring_attn_size=1, tensor_parallel_size=1))

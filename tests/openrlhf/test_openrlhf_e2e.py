@@ -46,7 +46,6 @@ tiny_models = _harness_module("tiny_models")
 import snr  # noqa: E402
 import torch  # noqa: E402
 from ragen2.seeding import step_seeds, validation_seeds  # noqa: E402
-from ragen2.trainer import filter_config  # noqa: E402
 
 # The prompt the Bandit fixture was fine-tuned after (our "explicit" instruction, no word limit),
 # sampled cooler: most replies then close "<think> ... </think>", so every group has reasoning for
@@ -144,11 +143,9 @@ def saved_model_equals_engine_weights(run_dir: Path, engine_weights: Path) -> bo
 
 
 def saved_config(run: Run):
-    import yaml
+    from ragen2.config import saved_config
 
-    from ragen2.config import build_config
-
-    return build_config(yaml.safe_load((run.run_dir / "config.yaml").read_text()))
+    return saved_config(run.run_dir / "config.yaml")
 
 
 def checkpoint_tags(run: Run) -> list[str]:
@@ -195,7 +192,7 @@ def test_two_grpo_steps_train_sync_evaluate_checkpoint_and_run_the_mi_probe(tmp_
 def test_the_snr_skip_path_stops_the_run_still_evaluates_and_saves_the_model(tmp_path, extensions_dir, random_model):
     # The random model never closes the answer format: every reward is the -0.1 penalty, no spread.
     run = train(tmp_path, extensions_dir, random_model, "--env", "bandit", "--algo", "grpo", "--filter",
-                "snr-top-p", "--steps", "4", *SMALL, "algo.kl_coef=0", "filter.max_consecutive_skips=2")
+                "snr-top-p", "--steps", "4", *SMALL, "algo.kl_coef=0", "stop.max_consecutive_skips=2")
     summary = run.summary()
     assert (summary["steps"], summary["steps_trained"], summary["steps_skipped"]) == (2, 0, 2)
     assert summary["stop_reason"] == "consecutive_skips"
@@ -204,7 +201,7 @@ def test_the_snr_skip_path_stops_the_run_still_evaluates_and_saves_the_model(tmp
     assert [sorted(t["seeds"]) for t in traced] == [sorted(step_seeds(cfg, k)) for k in range(2)]
     # the local engine's filter on the same reward matrices decides the same: skip
     assert [t["skip"] for t in traced] == [True, True]
-    assert all(snr.select_groups(torch.tensor(t["rewards"], dtype=torch.float64), filter_config(cfg)).skip
+    assert all(snr.select_groups(torch.tensor(t["rewards"], dtype=torch.float64), cfg.filter).skip
                for t in traced)
     rows = run.rows()
     assert [r["step"] for r in rows if "rollout/reward_mean" in r] == [0, 1]

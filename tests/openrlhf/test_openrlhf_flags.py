@@ -178,6 +178,8 @@ def test_batch_unit_is_the_lcm_of_the_global_batch_and_the_data_parallel_micro_b
     (["model.name=m"], Cluster(), "model.dtype=float32"),
     (["model.name=m", "model.device=cpu"], Cluster(), "model.device=cpu"),
     (["model.name=m", "rollout.context=window"], Cluster(), "rollout.context=window"),
+    (["model.name=m", "rollout.stop_strings=[]"], Cluster(), "rollout.stop_strings=[]"),
+    (["model.name=m", "rollout.prefill_tag=false"], Cluster(), "rollout.prefill_tag=false"),
     (["model.name=m", "algo.advantage=bilevel_gae"], Cluster(), "algo.advantage=bilevel_gae"),
     (["model.name=m", "algo.advantage=gae", "rollout.max_turns=3", "algo.gamma=0.99"], Cluster(), "algo.gamma=0.99"),
     (["model.name=m", "algo.loss_agg=seq-mean-token-sum"], Cluster(), "algo.loss_agg=seq-mean-token-sum"),
@@ -249,7 +251,7 @@ def test_cli_dry_run_prints_the_command_and_writes_the_files(tmp_path, capsys):
 
 
 def test_cli_dry_run_names_the_keys_openrlhf_cannot_run(tmp_path, capsys):
-    # (--dry-run of the local engine is train_cli's, tested with it)
+    # (--dry-run of the local engine is the train command's, tested with it)
     from ragen2.cli import main
 
     assert main(["train", "--engine", "openrlhf", "--dry-run", "--out", str(tmp_path)]) == 2

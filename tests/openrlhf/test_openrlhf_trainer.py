@@ -169,7 +169,7 @@ def trainer(monkeypatch):
                         lambda self, step, logs=None, states=None: calls["logs"].append((step, dict(logs))))
     monkeypatch.setattr(base, "evaluate", lambda self, step, **kw: calls["eval"].append(step) or {"eval": 1.0})
     cfg = load_config(filter="snr-top-p", overrides=["rollout.group_size=4", "rollout.num_groups=6", "probe.every=0",
-                                                     "filter.max_consecutive_skips=2", "optim.micro_batch_size=1",
+                                                     "stop.max_consecutive_skips=2", "optim.micro_batch_size=1",
                                                      "optim.mini_batch_size=4", "trainer.total_steps=3",
                                                      "trainer.val_every=0", "trainer.save_every=0"])
     instance = trainer_patch.RagenPPOTrainer.__new__(trainer_patch.RagenPPOTrainer)

@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import envs
-from ragen2.config import Config, ConfigError, filter_config, stop_config
+from ragen2.config import Config, ConfigError
+from ragen2.rollout.config import RolloutConfig
 from ragen2.engines.openrlhf import OPENRLHF_VERSION
 from ragen2.run_dir import CHECKPOINTS_DIR, CONFIG_FILE, OPENRLHF_DIR, OPENRLHF_MODEL_DIR, TENSORBOARD_DIR
 from ragen2.seeding import step_seeds, validation_seeds
@@ -111,6 +112,10 @@ def unsupported(cfg: Config) -> list[str]:
                         "set model.dtype=bfloat16")
     if m.device not in ("auto", "cuda"):
         problems.append(f"model.device={m.device}: Ray places the models on GPUs; leave model.device=auto")
+    for key in ("stop_strings", "prefill_tag"):  # the agent's are fixed at the local rollout's defaults
+        if getattr(r, key) != getattr(RolloutConfig(), key):
+            problems.append(f"rollout.{key}={json.dumps(getattr(r, key))}: the OpenRLHF agent ends a turn at </answer> "
+                            f"and opens it with the format's tag; leave rollout.{key} at its default")
     if r.context != "full":
         problems.append("rollout.context=window: an OpenRLHF agent returns one token sequence per episode "
                         "(observation_tokens + action_ranges); window mode trains each turn as its own row")
@@ -225,14 +230,13 @@ def dataset_rows(cfg: Config, split: str) -> list[dict]:
 def trainer_settings(cfg: Config, cluster: Cluster, run_dir: Path | None = None) -> dict:
     """What the trainer subclass needs (filter, stop policy, probe, batch unit, where to write the
     run's metrics.jsonl and summary.json), as plain JSON."""
-    stop = stop_config(cfg)
     return {
         "version": 1,
         "group_size": cfg.rollout.group_size,
         "batch_unit": batch_unit(cfg, cluster),
-        "filter": filter_config(cfg).to_dict(),
-        "stop": {k: getattr(stop, k) for k in ("max_consecutive_skips", "collapse_baseline_steps",
-                                                "collapse_patience", "collapse_ratio")},
+        "filter": cfg.filter.to_dict(),
+        "stop": {k: getattr(cfg.stop, k) for k in ("max_consecutive_skips", "spread_baseline", "spread_patience",
+                                                    "spread_ratio")},
         "probe": json.loads(cfg.probe.model_dump_json()),
         "prefill": prefill_tag(cfg),
         "temperature": cfg.rollout.temperature,

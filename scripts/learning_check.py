@@ -1,6 +1,6 @@
 """Does training move the bundled model? PPO and GRPO on Bandit (answer-only); prints JSON.
 
-    python benchmarks/learning_check.py [--algos ppo grpo] [--steps 10] [--lr 2e-5] [--threads 1] [KEY=VALUE ...]
+    python scripts/learning_check.py [--algos ppo grpo] [--steps 10] [--lr 2e-5] [--threads 1] [KEY=VALUE ...]
 
 Each algo trains SmolLM2-135M-Instruct (bundled) from the same start with `trainer.setup` /
 `trainer.train` on configs/base.yaml + the algo preset, filter none (every group trains), and
@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import re
 import shutil
 import sys
@@ -33,11 +32,10 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from ragen2 import trainer  # noqa: E402
-from ragen2.config import load_config  # noqa: E402
-from ragen2.run_dir import CONFIG_FILE, SUMMARY_FILE, read_metrics, read_summary  # noqa: E402
+from ragen2 import trainer
+from ragen2.bench.machine import machine_info
+from ragen2.config import load_config
+from ragen2.run_dir import CONFIG_FILE, SUMMARY_FILE, read_metrics, read_summary
 
 SAFE_PAYOFF, FORMAT_PENALTY = 0.1, -0.1  # Bandit's defaults (envs/bandit.py, envs/base.py)
 ARMS_FILE, VAL_BEFORE_FILE = "arms.jsonl", "val_before.json"
@@ -188,9 +186,7 @@ def main() -> None:
                                    "mini_batch_size": cfg.optim.mini_batch_size, "steps": cfg.trainer.total_steps,
                                    "val_temperature": cfg.trainer.val_temperature, "reused": done}
         print(f"{algo}: done ({results[algo]['wall_s']} s)", file=sys.stderr)
-    print(dumps({"machine": {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-                                  "load_avg_end": [round(x, 2) for x in os.getloadavg()]},
-                      "env": "bandit (answer-only, configs/base.yaml)", "runs": results}))
+    print(dumps({"machine": machine_info(), "env": "bandit (answer-only, configs/base.yaml)", "runs": results}))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Room difficulty of both Sokoban generators: BFS shortest solutions over seeds 0..N-1.
 
-    python benchmarks/sokoban_difficulty.py [--seeds 1000]
+    python scripts/sokoban_difficulty.py [--seeds 1000]
 
 Prints JSON. For each registered setting (`sokoban` 6x6 / 1 box / search_depth 300,
 `larger_sokoban` 8x8 / 2 boxes / 10) and each generator (`ragen`, the default: RAGEN-2's
@@ -22,20 +22,17 @@ import argparse
 import importlib.util
 import json
 import os
-import platform
 import random
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from envs.sokoban import VARIANTS  # noqa: E402
-from envs.sokoban_generator import generate_room, num_walk_steps  # noqa: E402
-from envs.sokoban_ragen import generate_ragen_room  # noqa: E402
-from envs.sokoban_solver import shortest_solution  # noqa: E402
+from envs.sokoban import VARIANTS
+from envs.sokoban_generator import generate_room, num_walk_steps
+from envs.sokoban_ragen import generate_ragen_room
+from envs.sokoban_solver import shortest_solution
+from ragen2.bench.machine import machine_info
 
 SETTINGS = {"6x6_1box": "sokoban", "8x8_2box": "larger_sokoban"}
 ACTION_BUDGET = 10  # max_actions_per_traj of every Sokoban variant, RAGEN-2's too
@@ -120,8 +117,8 @@ def compare_with_reference(module, config, seeds: int) -> dict:
 
 def measure(seeds: int = 1000) -> dict:
     module, status = load_reference()
-    report = {"python": platform.python_version(), "numpy": np.__version__, "cpu": platform.processor()
-              or platform.machine(), "seeds": f"0..{seeds - 1}", "action_budget": ACTION_BUDGET,
+    report = {"machine": machine_info(with_torch=False), "numpy": np.__version__, "seeds": f"0..{seeds - 1}",
+              "action_budget": ACTION_BUDGET,
               "reference": status, "settings": {}}
     for label, variant in SETTINGS.items():
         config = VARIANTS[variant].config
