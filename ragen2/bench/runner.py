@@ -30,7 +30,8 @@ from typing import Callable
 
 from ragen2.bench.machine import machine_info
 from ragen2.bench.suite import Cell, Suite, SuiteError, config_difference, key_settings
-from ragen2.bench.worker import ERROR_FILE, run_cell
+from ragen2.bench import worker
+from ragen2.bench.worker import ERROR_FILE
 from ragen2.run_dir import CONFIG_FILE, SUMMARY_FILE, checkpoints_dir, read_steps, read_summary, write_config
 
 MANIFEST = "bench.json"
@@ -166,7 +167,7 @@ def in_process_cell(cell: Cell, on_progress: Callable[[str], None], engine: str 
         import torch  # here only: the parent of subprocess cells never loads it
 
         torch.set_num_threads(threads)
-    run_cell(cell.run_dir, engine, quiet=True, cluster=cluster, validate_before=validate_before)
+    worker.run_cell(cell.run_dir, engine, quiet=True, cluster=cluster, validate_before=validate_before)
 
 
 def _done_note(run_dir: Path) -> str:
