@@ -111,9 +111,10 @@ class Episode:
         rules = self.rules
         if len(prompt) + rules.max_new_tokens > rules.max_context_tokens:
             if self.turn == 0:
-                where = f"group {self.group}, " if self.group is not None else ""
+                which = f"{type(self.env).__name__} seed {self.record.seed}"
+                which = which if self.group is None else f"group {self.group} ({which})"
                 raise ContextLimitError(
-                    f"the first prompt of {where}{type(self.env).__name__} seed {self.record.seed} has {len(prompt)} "
+                    f"the first prompt of {which} has {len(prompt)} "
                     f"tokens; with max_new_tokens={rules.max_new_tokens} it exceeds {rules.limit_name}="
                     f"{rules.max_context_tokens}: raise rollout.max_context_tokens")
             self.record.context_truncated = True
