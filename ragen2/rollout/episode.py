@@ -114,9 +114,9 @@ class Episode:
                 which = f"{type(self.env).__name__} seed {self.record.seed}"
                 which = which if self.group is None else f"group {self.group} ({which})"
                 raise ContextLimitError(
-                    f"the first prompt of {which} has {len(prompt)} "
-                    f"tokens; with max_new_tokens={rules.max_new_tokens} it exceeds {rules.limit_name}="
-                    f"{rules.max_context_tokens}: raise rollout.max_context_tokens")
+                    f"the first prompt of {which} has {len(prompt)} tokens; with max_new_tokens="
+                    f"{rules.max_new_tokens} it exceeds {rules.limit_name}={rules.max_context_tokens}: "
+                    "raise rollout.max_context_tokens")
             self.record.context_truncated = True
             self.record.success = False
             self.done = True
