@@ -170,7 +170,8 @@ def test_both_engines_end_an_episode_at_the_same_turn_when_the_context_runs_out(
 
 def test_both_engines_refuse_a_first_prompt_without_room_for_a_turn_naming_the_limit(tok, monkeypatch):
     limit = openrlhf_output(tok, monkeypatch)["action_ranges"][0][0] + 40 - 1
-    with pytest.raises(ValueError, match=rf"first prompt of group 0 \(SokobanEnv seed 5\) .* max_context_tokens={limit}"):
+    local_error = rf"first prompt of group 0 \(SokobanEnv seed 5\) .* max_context_tokens={limit}"
+    with pytest.raises(ValueError, match=local_error):
         local_episode(tok, limit)
     with pytest.raises(ValueError, match=f"first prompt of SokobanEnv seed 5 .* exceeds --data.max_len={limit}"):
         openrlhf_episode(tok, monkeypatch, limit)

@@ -110,7 +110,8 @@ def rollout(model, tokenizer, env_factory: Callable[[], object], seeds: Sequence
     chat = ChatFormat(tokenizer)
     rules = TurnRules(max_turns=config.max_turns, max_new_tokens=config.max_new_tokens,
                       max_context_tokens=config.max_context_tokens, max_response_words=config.max_response_words,
-                      prefill=config.prefill_tag, window_turns=config.window_turns if config.context == "window" else None)
+                      prefill=config.prefill_tag,
+                      window_turns=config.window_turns if config.context == "window" else None)
     episodes = []
     for g, seed in enumerate(seeds):
         for member in range(config.group_size):
