@@ -33,9 +33,9 @@ import numpy as np
 import torch
 
 import mi_probe
+from envs.parsing import THINK_OPEN
 from ragen2.config import ProbeSection
 
-THINK_OPEN = "<think>"
 PROBE_STREAM = 0x9B0BE  # keys the probe's RNG apart from everything else seeded by the step
 EARLY_WARNINGS = ("reward_std_cliff", "grad_norm_spike")
 # detector input -> the metric key the trainer logs it under

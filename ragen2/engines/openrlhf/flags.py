@@ -196,11 +196,11 @@ def batch_problems(cfg: Config, cluster: Cluster) -> list[str]:
 
 
 def prefill_tag(cfg: Config) -> str:
-    """The tag that opens every assistant turn in the prompt, as the local rollout writes it."""
+    """The tag that opens every assistant turn in the prompt (the agent's episode writes it)."""
     import envs
+    from envs.parsing import prefill_tag as tag_for
 
-    require_think = envs.spec(cfg.env.name).make_config(**cfg.env.overrides).require_think
-    return "<think>" if require_think else "<answer>"
+    return tag_for(envs.spec(cfg.env.name).make_config(**cfg.env.overrides).require_think)
 
 
 def episode_label(cfg: Config, env_name: str, overrides: dict, seed: int) -> str:
