@@ -15,10 +15,20 @@ from dataclasses import dataclass
 ACTION_SEPARATOR = "||"
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
+# The turn protocol's format pieces (ragen2/rollout/episode.py drives them): sampling a turn
+# stops once its answer is closed; `prefill_tag` below opens every assistant turn.
+STOP_STRINGS = (ANSWER_CLOSE,)
 # A `||` storm can produce millions of pieces; `info` keeps the first few and a count.
 MAX_DROPPED_RECORDED = 16
 MAX_RECORDED_CHARS = 200
 _WHITESPACE = re.compile(r"\s*")
+
+
+def prefill_tag(require_think: bool) -> str:
+    """The tag that opens every assistant turn in the prompt: `<think>`, or `<answer>` for
+    answer-only envs. RAGEN prefills it so that the model continues from inside the format
+    instead of having to start it, which a 135M model rarely does unprompted."""
+    return THINK_OPEN if require_think else ANSWER_OPEN
 
 
 @dataclass(frozen=True)

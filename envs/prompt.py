@@ -88,8 +88,8 @@ def after_turn(env: TextEnv, next_turn: int, observation: str, reward: float, in
                max_response_words: int | None = None) -> tuple[str, str]:
     """(the "Reward:" message, the state message of turn `next_turn`) that follow an assistant turn.
 
-    Their concatenation is the next user message. Both engines (ragen2/rollout/agent_loop.py and
-    ragen2/engines/openrlhf/agent.py) call this, so their turn protocol cannot drift apart.
+    Their concatenation is the next user message. The episode both engines drive
+    (ragen2/rollout/episode.py) calls this, so their turn protocol cannot drift apart.
     """
     feedback = reward_message(reward_text(env, reward, info))["content"]
     state = turn_message(env, next_turn, observation, max_response_words=max_response_words,

@@ -33,10 +33,10 @@ import numpy as np
 import torch
 
 import mi_probe
+from envs.parsing import THINK_OPEN
 from ragen2 import seeding
 from ragen2.config import ProbeSection
 
-THINK_OPEN = "<think>"
 EARLY_WARNINGS = ("reward_std_cliff", "grad_norm_spike")
 # detector input -> the metric key the trainer logs it under
 WATCHED_SERIES = {

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from envs.parsing import STOP_STRINGS
+
 ContextMode = Literal["full", "window"]
 Backend = Literal["auto", "fast", "hf"]
 CONTEXT_MODES = get_args(ContextMode)
@@ -59,7 +61,7 @@ class RolloutConfig:
     window_turns: int = 1
     max_context_tokens: int = 4096
     max_response_words: int | None = None
-    stop_strings: tuple[str, ...] = ("</answer>",)
+    stop_strings: tuple[str, ...] = STOP_STRINGS
     prefill_tag: bool = True
     backend: Backend = "auto"
 

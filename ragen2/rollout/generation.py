@@ -29,6 +29,7 @@ from typing import Sequence
 
 import torch
 
+from envs.parsing import STOP_STRINGS
 from ragen2 import precision
 from ragen2.rollout import fast_decoder
 from ragen2.rollout.config import BACKENDS
@@ -163,7 +164,7 @@ class _StopChecker:
 
 @torch.no_grad()
 def generate(model, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, temperature: float = 1.0,
-             top_p: float = 1.0, stop_strings: Sequence[str] = ("</answer>",),
+             top_p: float = 1.0, stop_strings: Sequence[str] = STOP_STRINGS,
              eos_token_ids: Sequence[int] = (), pad_token_id: int = 0, tokenizer=None,
              generator: torch.Generator | None = None, shrink_batch: bool = True,
              backend: str = "auto") -> list[GenerationResult]:
@@ -393,5 +394,5 @@ def _generate(model, prompts, max_new_tokens, temperature, top_p, stop_strings, 
 def generate_one_at_a_time(model, prompts: Sequence[Sequence[int]], **kwargs) -> list[GenerationResult]:
     """The unbatched baseline: `generate` on each prompt alone (same arguments)."""
     _check_args(prompts, kwargs.get("max_new_tokens"), kwargs.get("temperature", 1.0),
-                kwargs.get("top_p", 1.0), kwargs.get("stop_strings", ("</answer>",)), kwargs.get("tokenizer"))
+                kwargs.get("top_p", 1.0), kwargs.get("stop_strings", STOP_STRINGS), kwargs.get("tokenizer"))
     return [generate(model, [prompt], **kwargs)[0] for prompt in prompts]

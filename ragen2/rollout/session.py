@@ -25,6 +25,7 @@ from typing import Callable, Hashable, Sequence
 
 import torch
 
+from envs.parsing import STOP_STRINGS
 from ragen2.rollout.fast_decoder import FastDecoder
 from ragen2.rollout.generation import (
     MIN_SHARED_PREFIX, GenerationResult, _check_args, _StopChecker, sample_tokens, shared_prefix_length,
@@ -47,7 +48,7 @@ class GenerationSession:
     """Batched sampling over conversations whose caches persist between calls; see the module doc."""
 
     def __init__(self, model, *, temperature: float = 1.0, top_p: float = 1.0,
-                 stop_strings: Sequence[str] = ("</answer>",), eos_token_ids: Sequence[int] = (),
+                 stop_strings: Sequence[str] = STOP_STRINGS, eos_token_ids: Sequence[int] = (),
                  pad_token_id: int = 0, tokenizer=None, generator: torch.Generator | None = None):
         self.model = model
         self.temperature, self.top_p = temperature, top_p

@@ -8,17 +8,18 @@ feedback without the chat template, and has no format penalty. Here:
 
 - The label (JSON, written by `flags.episode_label`) carries the env, its config, the seed and
   the per-turn limits; the prompt string is only an id.
-- Prompts are RAGEN's (`envs.prompt`) through the tokenizer's chat template, tokenized
-  incrementally (`ragen2.rollout.chat.TokenTrajectory`), so the ids trained on are exactly
-  the ids sampled, and each assistant turn opens with the prefilled tag, as in the local engine.
-- Each turn may sample at most `max_new_tokens`; an episode whose next prompt would not leave
-  room for a full turn inside `max_length` ends there (the local rollout's rule).
+- The turn protocol is the local engine's own, `ragen2.rollout.episode.Episode`: RAGEN's
+  prompts through the tokenizer's chat template, tokenized incrementally (the ids trained on
+  are exactly the ids sampled), the prefilled tag, the stop strings, the context rule (here the
+  limit is `max_length`, i.e. --data.max_len), the "Reward:" messages and the record. This file
+  only samples each turn through vLLM, at most `max_new_tokens` per turn.
 - The env's step reward already holds the format penalty; the episode reward is their sum,
   returned as a tensor. Success goes to `scores` and, with other env metrics, to `extra_logs`.
 - Only the sampled tokens are in `action_ranges`: template and env tokens are masked out of
   the loss by OpenRLHF's action mask.
 - Env code (construction, reset, step, close) may block (DeepCoder runs a sandbox): it runs in
-  a thread (`asyncio.to_thread`), never on the engine's event loop.
+  a thread (`asyncio.to_thread`: the episode's `reset` and `take_reply`, the only calls that
+  touch the env), never on the engine's event loop.
 
 Loadable by path: OpenRLHF runs this file with `spec_from_file_location` without registering it
 in `sys.modules`, so no `from __future__ import annotations` here (dataclasses would look the
@@ -36,10 +37,9 @@ import torch
 from openrlhf.utils.agent import AgentExecutorBase
 
 import envs
-from envs.prompt import after_turn, first_turn_messages
-from ragen2.rollout.chat import ChatFormat, TokenTrajectory, reply_text
+from ragen2.rollout.chat import ChatFormat
+from ragen2.rollout.episode import STOP_STRINGS, Episode, TurnRules
 
-STOP_STRINGS = ["</answer>"]  # as the local rollout: a turn ends once its answer is closed
 EXTRA_LOG_KEYS = ("env/success", "env/num_turns", "env/format_ok_fraction", "env/valid_action_fraction",
                   "env/actions_executed", "env/context_truncated")
 
@@ -107,66 +107,48 @@ class AgentExecutor(AgentExecutorBase):
 
     async def _play(self, spec, member, env, prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine,
                     images):
-        observation, _ = await asyncio.to_thread(env.reset, seed=spec.seed, options={"rollout_index": member})
-        prefill = "<think>" if env.config.require_think else "<answer>"
-        chat = ChatFormat(hf_tokenizer)
-        system, first_user = first_turn_messages(env, observation, spec.max_response_words)
-        trajectory = TokenTrajectory(chat, [system, first_user], prefill=prefill)
+        # The context limit is --data.max_len, which the flags set from rollout.max_context_tokens.
+        rules = TurnRules(max_turns=spec.max_turns, max_new_tokens=spec.max_new_tokens, max_context_tokens=max_length,
+                          max_response_words=spec.max_response_words, limit_name="--data.max_len")
+        episode = Episode(env, ChatFormat(hf_tokenizer), rules, seed=spec.seed, rollout_index=member)
+        await asyncio.to_thread(episode.reset)
         eos_ids = {t for t in (getattr(hf_tokenizer, "eos_token_id", None),) if t is not None}
         want_logprobs = getattr(sampling_params, "logprobs", None) is not None
 
-        total_reward, success, truncated, context_truncated = 0.0, False, False, False
-        format_ok, valid, actions_executed = [], [], 0
-        for turn in range(spec.max_turns):
-            if len(trajectory.input_ids) + spec.max_new_tokens > max_length:
-                if turn == 0:
-                    raise ValueError(
-                        f"the first prompt of {spec.env} seed {spec.seed} has {len(trajectory.input_ids)} tokens; with "
-                        f"rollout.max_new_tokens={spec.max_new_tokens} it exceeds --data.max_len={max_length}: "
-                        "raise rollout.max_context_tokens")
-                context_truncated = True
-                break
+        while (tokens := episode.next_prompt()) is not None:
             params = deepcopy(sampling_params)
-            params.max_tokens = spec.max_new_tokens  # the per-turn cap, not the context left
+            params.max_tokens = rules.max_new_tokens  # the per-turn cap, not the context left
             params.stop = list(STOP_STRINGS)
             params.include_stop_str_in_output = True
-            request = await llm_engine.generate(list(trajectory.input_ids), params)
+            request = await llm_engine.generate(tokens, params)
             output = request.outputs[0]
-            ids = list(output.token_ids)
-            if not ids:  # vLLM samples min_tokens >= 1; nothing to train on otherwise
-                break
+            ids = list(output.token_ids)  # vLLM samples min_tokens >= 1; an empty reply ends the episode
             logprobs = _sampled_logprobs(output, ids) if want_logprobs else [0.0] * len(ids)
-            ended_with_eos = ids[-1] in eos_ids
-            text = prefill + reply_text(chat, ids, ended_with_eos)
-            observation, reward, terminated, env_truncated, info = await asyncio.to_thread(env.step, text)
-            trajectory.add_reply(ids, logprobs, text, ended_with_eos=ended_with_eos)
-            total_reward += float(reward)
-            success = bool(info["success"])
-            format_ok.append(bool(info["parse"]["format_ok"]))
-            valid.append(bool(info["action_is_valid"]))
-            actions_executed += len(info["actions_executed"])
-            truncated = output.finish_reason == "length"
-            if terminated or env_truncated or turn + 1 >= spec.max_turns:
-                break
-            feedback, next_turn = after_turn(env, turn + 2, observation, reward, info,
-                                             max_response_words=spec.max_response_words)
-            trajectory.add_user(feedback + next_turn)  # the local rollout's helper: one protocol
+            # vLLM reports a sampled EOS as "stop", like a stop string; the episode tells them apart
+            finish = "eos" if ids and ids[-1] in eos_ids else output.finish_reason
+            await asyncio.to_thread(episode.take_reply, ids, logprobs, finish)
+        return self._result(episode, prompt, label, images, want_logprobs)
 
+    @staticmethod
+    def _result(episode, prompt, label, images, want_logprobs) -> dict:
+        record, trajectory = episode.record, episode.tokens
         end = trajectory.last_sampled_end()  # trailing template / next-turn prompt is not trained on
         turns = len(trajectory.turn_spans)
+        actions_executed = sum(len(turn["executed"]) for turn in record.actions)
         extra_logs = dict(zip(EXTRA_LOG_KEYS, (
-            float(success), float(turns), sum(format_ok) / max(1, len(format_ok)), sum(valid) / max(1, len(valid)),
-            float(actions_executed), float(context_truncated))))
+            float(record.success), float(turns), sum(record.format_ok) / max(1, len(record.format_ok)),
+            sum(episode.valid) / max(1, len(episode.valid)), float(actions_executed), float(record.context_truncated))))
         return {
             "prompt": prompt,
             "label": label,
             "images": images,
             "mm_train_inputs": None,
-            "reward": torch.tensor(total_reward, dtype=torch.float32),
-            "scores": torch.tensor(float(success), dtype=torch.float32),
+            "reward": torch.tensor(record.reward, dtype=torch.float32),
+            "scores": torch.tensor(float(record.success), dtype=torch.float32),
             "observation_tokens": list(trajectory.input_ids[:end]),
             "action_ranges": [tuple(span) for span in trajectory.turn_spans],
             "rollout_log_probs": list(trajectory.logprobs[:end]) if want_logprobs else None,
-            "truncated": truncated,
+            # the last turn ran out of tokens
+            "truncated": bool(record.finish_reasons) and record.finish_reasons[-1] == "length",
             "extra_logs": extra_logs,
         }

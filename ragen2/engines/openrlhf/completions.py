@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 
-from envs.parsing import parse_response
+from envs.parsing import THINK_OPEN, parse_response
 from ragen2 import completions
 from ragen2.engines.openrlhf.probe_scoring import _spans
 from ragen2.rollout.chat import ChatFormat, reply_text
@@ -52,7 +52,7 @@ def sample_record(sample, group: int, member: int, rank: str, kept: bool | None,
     texts = _turn_texts(sample, ChatFormat(tokenizer), prefill, getattr(tokenizer, "eos_token_id", None))
     turns = []
     for text in texts:
-        parsed = parse_response(text, vocabulary=None, require_think=prefill == "<think>")
+        parsed = parse_response(text, vocabulary=None, require_think=prefill == THINK_OPEN)
         turns.append({"state": None, "response": text, "reward": None,
                       "parse": {"format_ok": parsed.format_ok, "error": None if parsed.format_ok else parsed.error}})
     success = _scalar(getattr(sample, "scores", None))

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import envs
+from envs.parsing import prefill_tag as prefill_tag_for
 from ragen2.config import Config, ConfigError
 from ragen2.rollout.config import RolloutConfig
 from ragen2.engines.openrlhf import OPENRLHF_VERSION
@@ -199,9 +200,8 @@ def batch_problems(cfg: Config, cluster: Cluster) -> list[str]:
 
 
 def prefill_tag(cfg: Config) -> str:
-    """The tag that opens every assistant turn in the prompt, as the local rollout writes it."""
-    require_think = envs.spec(cfg.env.name).make_config(**cfg.env.overrides).require_think
-    return "<think>" if require_think else "<answer>"
+    """The tag that opens every assistant turn in the prompt (the agent's episode writes it)."""
+    return prefill_tag_for(envs.spec(cfg.env.name).make_config(**cfg.env.overrides).require_think)
 
 
 def episode_label(cfg: Config, env_name: str, overrides: dict, seed: int) -> str:
