@@ -41,6 +41,7 @@ import torch
 
 import snr
 from ragen2 import trainer
+from ragen2.algos.estimators import compute_advantages
 from ragen2.bench.machine import machine_info
 from ragen2.config import load_config
 from ragen2.engines import local
@@ -106,7 +107,7 @@ def update_inputs(run, batch):
                                                                    cfg.rollout.temperature)[0], micro, ids, attn, mask)
     values = (local.batched(lambda i, a: local.critic_values(models.critic, i, a), micro, ids, attn)
               if models.critic is not None else None)
-    advantages, returns = trainer.compute_advantages(cfg, batch, values, old, ref)
+    advantages, returns = compute_advantages(cfg.algo, batch, values, old, ref)
     return local.UpdateInputs(ids, attn, mask, old, advantages, ref, values, returns), old_seconds
 
 

@@ -42,6 +42,7 @@ import envs
 from envs.prompt import first_turn_messages
 from ragen2 import models as model_lib
 from ragen2 import seeding, trainer
+from ragen2.algos.estimators import compute_advantages
 from ragen2.bench.machine import machine_info
 from ragen2.config import load_config
 from ragen2.engines import local
@@ -103,7 +104,7 @@ def timed_update(run, batch, counter) -> tuple[float, dict]:
     ids, attn, mask = batch.input_ids, batch.attention_mask, batch.response_mask
     old = local.batched(lambda i, a, m: local.policy_log_probs(models.policy, i, a, m, cfg.rollout.temperature)[0],
                         cfg.optim.micro_batch_size, ids, attn, mask)
-    advantages, _ = trainer.compute_advantages(cfg, batch, None, old, None)
+    advantages, _ = compute_advantages(cfg.algo, batch, None, old, None)
     data = local.UpdateInputs(ids, attn, mask, old, advantages)
     counter.reset()
     counter.enabled = True

@@ -37,6 +37,7 @@ import torch
 
 from mi_probe import gradients as grad_lib
 from ragen2.algos import losses
+from ragen2.algos.estimators import compute_advantages
 from ragen2.config import Config
 from ragen2.engines import local
 
@@ -188,8 +189,6 @@ def decompose(policy, cfg: Config, batch, data: local.UpdateInputs, prefix: str 
 def update_inputs(run, batch) -> local.UpdateInputs:
     """Old log-probs, reference log-probs, values and advantages of `batch`, as the update
     computes them (for the pre-filter pass, whose batch the update never sees)."""
-    from ragen2.trainer import compute_advantages  # the trainer imports this module
-
     cfg, models = run.cfg, run.models
     micro, temperature = cfg.optim.micro_batch_size, cfg.rollout.temperature
     batch = batch.to(models.device)
@@ -202,7 +201,7 @@ def update_inputs(run, batch) -> local.UpdateInputs:
                             micro, ids, attn, mask)
     if models.critic is not None:
         values = local.batched(lambda i, a: local.critic_values(models.critic, i, a), micro, ids, attn)
-    advantages, returns = compute_advantages(cfg, batch, values, old, ref)
+    advantages, returns = compute_advantages(cfg.algo, batch, values, old, ref)
     return local.UpdateInputs(ids, attn, mask, old, advantages, ref, values, returns)
 
 

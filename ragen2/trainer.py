@@ -22,8 +22,8 @@ from ragen2 import checkpoint as ckpt
 from ragen2 import completions
 from ragen2 import grad_decomp, precision
 from ragen2 import probe as probe_lib
-from ragen2.algos import advantages as adv_lib
 from ragen2.algos import losses
+from ragen2.algos.estimators import compute_advantages
 from ragen2.config import Config
 from ragen2.engines import local
 from ragen2.interrupts import Interrupts, StepAbandoned, restore_rng, rng_snapshot
@@ -81,26 +81,6 @@ def group_rewards(batch: RolloutBatch) -> torch.Tensor:
     for t in batch.trajectories:
         rewards[t.group, t.member] = t.reward
     return rewards
-
-
-def compute_advantages(cfg: Config, batch: RolloutBatch, values, old_log_probs, ref_log_probs):
-    """Advantages (and critic targets) for the configured estimator."""
-    algo = cfg.algo
-    token_rewards, turn_rewards = batch.token_rewards, batch.turn_rewards
-    if ref_log_probs is not None and algo.kl_mode == "reward":
-        penalty = losses.kl_reward_penalty(old_log_probs, ref_log_probs, batch.response_mask, algo.kl_coef,
-                                           algo.kl_estimator)
-        token_rewards, turn_rewards = token_rewards - penalty, turn_rewards - penalty
-    if algo.advantage == "gae":
-        return adv_lib.gae_advantages(token_rewards, values, batch.response_mask, algo.gamma, algo.lam)
-    if algo.advantage == "bilevel_gae":
-        return adv_lib.bi_level_gae_advantages(turn_rewards, values, batch.response_mask, algo.turn_gamma,
-                                               algo.turn_lam, algo.gamma, algo.lam)
-    if algo.advantage in ("grpo", "dr_grpo"):  # Dr.GRPO: the group mean removed, no division by std
-        advantages = adv_lib.grpo_advantages(token_rewards, batch.response_mask, batch.group_ids,
-                                             eps=algo.grpo_std_eps, scale_by_std=algo.advantage == "grpo")
-        return advantages, None
-    raise ValueError(f"algo.advantage={algo.advantage!r} has no estimator here; known: gae, bilevel_gae, grpo, dr_grpo")
 
 
 def train_step(run: Run) -> dict:
@@ -184,7 +164,7 @@ def update_on(run: Run, batch: RolloutBatch, selection, timer: Timer) -> dict:
         with timer("values"):
             values = local.batched(lambda i, a: local.critic_values(models.critic, i, a), micro, ids, attn)
     with timer("advantages"):
-        advantages, returns = compute_advantages(cfg, batch, values, old, ref)
+        advantages, returns = compute_advantages(cfg.algo, batch, values, old, ref)
     data = local.UpdateInputs(ids, attn, mask, old, advantages, ref, values, returns)
     decomposition = grad_decomp.maybe_decompose(run, batch, data)  # diagnostic, timed apart (grad/time_s)
     scale = snr.kept_fraction_scale(selection.kept_fraction, cfg.algo.filter_loss_scaling)
