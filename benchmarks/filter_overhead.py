@@ -16,7 +16,7 @@ is `--algo ppo`, not an override).
    phase on `batch.select_groups(kept)` for kept = the top 1..P groups by reward variance
    (stable ranking, so the kept sets are nested). Before each timing the policy (and critic)
    weights are restored and a fresh optimiser is built, so every measurement starts from the
-   same state. Timed: `local.ppo_update` alone, and the old-log-prob pass that precedes it
+   same state. Timed: `learner.ppo_update` alone, and the old-log-prob pass that precedes it
    (also done only on kept rows). The order of the kept counts is shuffled in each repeat so
    load drift on a shared machine does not line up with the kept fraction. Ratios are given for
    the minimum over repeats (the least-disturbed run, the verdict) and for the median. Two
@@ -40,11 +40,11 @@ from pathlib import Path
 import torch
 
 import snr
-from ragen2 import trainer
+from ragen2.engines.local import trainer
 from ragen2.algos.estimators import compute_advantages
 from ragen2.bench.machine import machine_info
 from ragen2.config import load_config
-from ragen2.engines import local
+from ragen2.engines.local import learner
 
 SHAPES = [(4, 4), (8, 16), (64, 16), (128, 16)]  # CPU default, then paper-scale [P, G]
 PRESETS = ["starpo-s", "snr-top-p", "snr-top-k", "snr-min-p"]
@@ -98,17 +98,17 @@ def update_inputs(run, batch):
     micro = cfg.optim.micro_batch_size
     ids, attn, mask = batch.input_ids, batch.attention_mask, batch.response_mask
     started = time.perf_counter()
-    old = local.batched(lambda i, a, m: local.policy_log_probs(models.policy, i, a, m, cfg.rollout.temperature)[0],
+    old = learner.batched(lambda i, a, m: learner.policy_log_probs(models.policy, i, a, m, cfg.rollout.temperature)[0],
                         micro, ids, attn, mask)
     old_seconds = time.perf_counter() - started
     ref = None
     if models.reference is not None:
-        ref = local.batched(lambda i, a, m: local.policy_log_probs(models.reference, i, a, m,
+        ref = learner.batched(lambda i, a, m: learner.policy_log_probs(models.reference, i, a, m,
                                                                    cfg.rollout.temperature)[0], micro, ids, attn, mask)
-    values = (local.batched(lambda i, a: local.critic_values(models.critic, i, a), micro, ids, attn)
+    values = (learner.batched(lambda i, a: learner.critic_values(models.critic, i, a), micro, ids, attn)
               if models.critic is not None else None)
     advantages, returns = compute_advantages(cfg.algo, batch, values, old, ref)
-    return local.UpdateInputs(ids, attn, mask, old, advantages, ref, values, returns), old_seconds
+    return learner.UpdateInputs(ids, attn, mask, old, advantages, ref, values, returns), old_seconds
 
 
 def restore(run, saved: dict) -> None:
@@ -116,7 +116,7 @@ def restore(run, saved: dict) -> None:
     run.models.policy.load_state_dict(saved["policy"])
     if run.models.critic is not None:
         run.models.critic.load_state_dict(saved["critic"])
-    run.optimizers = local.build_optimizers(run.models, run.cfg)
+    run.optimizers = learner.build_optimizers(run.models, run.cfg)
 
 
 def time_update_vs_kept(run, batch, repeats: int) -> dict:
@@ -135,13 +135,13 @@ def time_update_vs_kept(run, batch, repeats: int) -> dict:
     order_rng = torch.Generator().manual_seed(1)
     restore(run, saved)  # warm-up: first-call allocations are not charged to any k
     data, _ = update_inputs(run, subsets[1][1])
-    local.ppo_update(run.models, run.optimizers, data, run.cfg, torch.Generator().manual_seed(0))
+    learner.ppo_update(run.models, run.optimizers, data, run.cfg, torch.Generator().manual_seed(0))
     for _ in range(repeats):
         for k in [list(subsets)[i] for i in torch.randperm(len(subsets), generator=order_rng).tolist()]:
             restore(run, saved)
             data, old_seconds = update_inputs(run, subsets[k][1])
             started = time.perf_counter()
-            local.ppo_update(run.models, run.optimizers, data, run.cfg, torch.Generator().manual_seed(0))
+            learner.ppo_update(run.models, run.optimizers, data, run.cfg, torch.Generator().manual_seed(0))
             timings[k]["update_s"].append(time.perf_counter() - started)
             timings[k]["old_log_probs_s"].append(old_seconds)
     restore(run, saved)

@@ -30,11 +30,11 @@ from pathlib import Path
 import torch
 
 import mi_probe
-from ragen2 import probe as probe_lib
-from ragen2 import trainer
+from ragen2.instruments import probe as probe_lib
+from ragen2.engines.local import trainer
 from ragen2.bench.machine import machine_info
 from ragen2.config import ProbeSection, load_config
-from ragen2.engines import local
+from ragen2.engines.local import learner
 
 
 def timed(fn, *args, **kwargs):
@@ -82,7 +82,7 @@ def main() -> int:
         probe_metrics, probe_s = timed(probe.measure, policy, batch, 0)
         ids, attn, mask = batch.input_ids, batch.attention_mask, batch.response_mask
         micro = cfg.optim.micro_batch_size
-        _, old_log_prob_s = timed(local.batched, lambda i, a, m: local.policy_log_probs(
+        _, old_log_prob_s = timed(learner.batched, lambda i, a, m: learner.policy_log_probs(
             policy, i, a, m, cfg.rollout.temperature)[0], micro, ids, attn, mask)
 
         # 2. batched vs naive cross-scoring on the same pairs

@@ -27,7 +27,7 @@ import torch
 from generation import build_prompts, load_model
 from ragen2 import precision
 from ragen2.bench.machine import machine_info
-from ragen2.engines import local
+from ragen2.engines.local import learner
 from ragen2.rollout.generation import generate
 
 
@@ -35,7 +35,7 @@ def time_update(model, rows: int, length: int) -> float:
     ids = torch.randint(100, model.config.vocab_size, (rows, length), generator=torch.Generator().manual_seed(0))
     mask = torch.ones_like(ids)
     started = time.perf_counter()
-    log_probs, _ = local.policy_log_probs(model, ids, mask, mask)
+    log_probs, _ = learner.policy_log_probs(model, ids, mask, mask)
     (-log_probs.sum() / mask.sum()).backward()
     model.zero_grad(set_to_none=True)
     return time.perf_counter() - started
@@ -55,7 +55,7 @@ def mismatch(update_model, prompts, results) -> dict:
         ids = torch.tensor([list(prompt) + result.token_ids])
         response = torch.zeros_like(ids)
         response[:, len(prompt):] = 1
-        forced, _ = local.policy_log_probs(update_model, ids, torch.ones_like(ids), response)
+        forced, _ = learner.policy_log_probs(update_model, ids, torch.ones_like(ids), response)
         gaps.append((forced[0, len(prompt):] - torch.tensor(result.logprobs)).abs())
     gap = torch.cat(gaps)
     return {"mean": float(gap.mean()), "max": float(gap.max()), "tokens": int(gap.numel())}

@@ -9,7 +9,7 @@ Prints one JSON object:
 - `matmul`: fp32 `torch.mm` of two 2048x2048 matrices, best of several, measured at the start,
   between the parts and at the end; the best of all is the peak the MFU divides by.
 - `train_step`: the phase times of one `trainer.train_step` (after a warm-up step).
-- `update`: `local.ppo_update` on a real rollout batch, best of `--repeats`. Tokens are every
+- `update`: `learner.ppo_update` on a real rollout batch, best of `--repeats`. Tokens are every
   real (non-pad) token of every row in every forward of the update (prompt and environment
   text included, not only the sampled tokens) x PPO epochs. Two MFUs:
     mfu           = 6 * N * tokens / seconds / peak, N = all parameters (the tied embedding /
@@ -41,11 +41,12 @@ import torch
 import envs
 from envs.prompt import first_turn_messages
 from ragen2 import models as model_lib
-from ragen2 import seeding, trainer
+from ragen2 import seeding
+from ragen2.engines.local import trainer
 from ragen2.algos.estimators import compute_advantages
 from ragen2.bench.machine import machine_info
 from ragen2.config import load_config
-from ragen2.engines import local
+from ragen2.engines.local import learner
 from ragen2.rollout import rollout
 from ragen2.rollout.chat import ChatFormat
 from ragen2.rollout.generation import shared_prefix_length, generate, generate_one_at_a_time
@@ -102,14 +103,14 @@ def timed_update(run, batch, counter) -> tuple[float, dict]:
     """Old log-probs (untimed) then one timed `ppo_update`, as trainer.update_on runs it."""
     cfg, models = run.cfg, run.models
     ids, attn, mask = batch.input_ids, batch.attention_mask, batch.response_mask
-    old = local.batched(lambda i, a, m: local.policy_log_probs(models.policy, i, a, m, cfg.rollout.temperature)[0],
+    old = learner.batched(lambda i, a, m: learner.policy_log_probs(models.policy, i, a, m, cfg.rollout.temperature)[0],
                         cfg.optim.micro_batch_size, ids, attn, mask)
     advantages, _ = compute_advantages(cfg.algo, batch, None, old, None)
-    data = local.UpdateInputs(ids, attn, mask, old, advantages)
+    data = learner.UpdateInputs(ids, attn, mask, old, advantages)
     counter.reset()
     counter.enabled = True
     started = time.perf_counter()
-    local.ppo_update(models, run.optimizers, data, cfg, run.generator)
+    learner.ppo_update(models, run.optimizers, data, cfg, run.generator)
     seconds = time.perf_counter() - started
     counter.enabled = False
     return seconds, {"fed_tokens": counter.fed_tokens, "real_tokens": counter.real_tokens,
@@ -184,9 +185,9 @@ def main() -> None:
     policy = model_lib.load_policy(cfg.model.name, dtype=cfg.model.dtype)
     tokenizer = model_lib.load_tokenizer(cfg.model.name)
     load_s = time.perf_counter() - started
-    models = local.Models(policy, tokenizer, None, None, torch.device("cpu"))
+    models = learner.Models(policy, tokenizer, None, None, torch.device("cpu"))
     if cfg.algo.uses_critic or cfg.algo.kl_coef > 0:
-        models = local.build_models(cfg)  # critic / reference as the config asks
+        models = learner.build_models(cfg)  # critic / reference as the config asks
     counter = ForwardCounter(models.policy)
     report = {"machine": machine_info(), "model": f"{cfg.model.name} ({cfg.model.dtype})",
               "model_load_s": round(load_s, 2), "load_avg_at_start": os.getloadavg()[0],

@@ -43,10 +43,11 @@ import torch
 
 from envs.prompt import first_turn_messages
 from ragen2 import models as model_lib
-from ragen2 import seeding, trainer
+from ragen2 import seeding
+from ragen2.engines.local import trainer
 from ragen2.bench.machine import machine_info
 from ragen2.config import load_config
-from ragen2.engines import local
+from ragen2.engines.local import learner
 from ragen2.rollout import agent_loop
 from ragen2.rollout.chat import ChatFormat
 
@@ -190,7 +191,7 @@ def main() -> dict:
     cfg = ragen2_config(args)
     ours_lengths, trl_lengths = [], []
     pin_ragen2_lengths(ours_lengths)
-    models = local.Models(model_lib.load_policy(cfg.model.name, dtype=torch.float32),
+    models = learner.Models(model_lib.load_policy(cfg.model.name, dtype=torch.float32),
                           model_lib.load_tokenizer(cfg.model.name), None, None, torch.device("cpu"))
     with tempfile.TemporaryDirectory() as tmp:
         run = trainer.setup(cfg, Path(tmp) / "ours", quiet=True, models=models)

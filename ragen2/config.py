@@ -167,7 +167,7 @@ class TrainerSection(Section):
     save_every: int = Field(0, ge=0)  # 0 = only at the end
     keep_last: int = Field(2, ge=1)
     # false: checkpoints hold weights + RNG states only (about a third of the size for a full
-    # finetune); a resume from one restarts the optimiser's moments (ragen2/checkpoint.py)
+    # finetune); a resume from one restarts the optimiser's moments (ragen2/engines/local/checkpoint.py)
     save_optimizer: bool = True
     wandb: bool = False  # log to wandb (`wandb login` / WANDB_MODE / WANDB_* decide how); --resume continues its run
     wandb_project: str = "ragen2"  # WANDB_PROJECT wins where set

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ragen2 import audit
-from ragen2 import checkpoint as ckpt
+from ragen2.reports import audit
+from ragen2.engines.local import checkpoint as ckpt
 from ragen2.run_dir import CONFIG_FILE, EXPORT_DIR, checkpoints_dir
 
 

@@ -3,9 +3,9 @@
     RUN_DIR/config.yaml         the resolved config (what ran, `model.dtype` decided)
     RUN_DIR/metrics.jsonl       one flushed line per step (MetricsFile; RunLog in the local engine)
     RUN_DIR/events.jsonl        alerts, stops, checkpoints, warnings (RunLog.event)
-    RUN_DIR/completions.jsonl   a few trajectories per step (CompletionsLog; records: ragen2.completions)
+    RUN_DIR/completions.jsonl   a few trajectories per step (CompletionsLog; records: ragen2.instruments.completions)
     RUN_DIR/summary.json        written when a run ends (`summary`): a bench cell with one is done
-    RUN_DIR/checkpoints/step_NNNNNN/   ragen2.checkpoint (its state file: CHECKPOINT_STATE_FILE)
+    RUN_DIR/checkpoints/step_NNNNNN/   ragen2.engines.local.checkpoint (its state file: CHECKPOINT_STATE_FILE)
     RUN_DIR/tensorboard/ wandb_run_id curves.png audit/ export/ eval/ openrlhf/ model/
 
 Both engines write through MetricsFile, CompletionsLog and `summary`; `ragen2 plot`, `audit` and
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import yaml
 
-from ragen2 import completions as completions_lib
+from ragen2.instruments import completions as completions_lib
 
 CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.jsonl"
@@ -313,7 +313,7 @@ class RunLog:
         return wandb_log.start(self.run_dir, config_dict, lambda message: self.event("warning", message=message))
 
     def step(self, step: int, metrics: dict, completions: list[dict] = ()) -> None:
-        """One step's metrics row, and its recorded completions (ragen2.completions.pick)."""
+        """One step's metrics row, and its recorded completions (ragen2.instruments.completions.pick)."""
         self._metrics.write({"step": step, **metrics})
         self._completions.write(step, list(completions))
         numeric = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from ragen2 import trainer
+from ragen2.engines.local import trainer
 from ragen2.bench.machine import machine_info
 from ragen2.config import load_config
 from ragen2.run_dir import CONFIG_FILE, SUMMARY_FILE, read_metrics, read_summary

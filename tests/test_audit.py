@@ -15,11 +15,11 @@ from scipy import stats
 
 import envs
 import mi_probe
-from ragen2 import audit
+from ragen2.reports import audit
 from ragen2.cli import main
 from ragen2.commands import audit as audit_command
 from ragen2.config import ProbeSection
-from ragen2.probe import CollapseWatch, Probe
+from ragen2.instruments.probe import CollapseWatch, Probe
 from ragen2.rollout import RolloutConfig, rollout
 from ragen2.rollout.tiny import ScriptedPolicy, tiny_llama, tiny_tokenizer
 from ragen2.run_dir import RunLog
@@ -123,9 +123,9 @@ def test_collapse_watch_without_stop_only_logs_and_ignores_non_finite_inputs(tmp
 
 
 def test_trainer_stops_on_a_collapse_alert_and_checkpoints_the_detector(tok, tmp_path, monkeypatch):
-    from ragen2 import trainer
+    from ragen2.engines.local import trainer
     from ragen2.config import load_config
-    from ragen2.engines import local
+    from ragen2.engines.local import learner
 
     model_dir = tmp_path / "model"
     tiny_llama(tok).save_pretrained(model_dir)
@@ -133,7 +133,7 @@ def test_trainer_stops_on_a_collapse_alert_and_checkpoints_the_detector(tok, tmp
     cfg = load_config(overrides=[f"model.name={model_dir}", "rollout.num_groups=2", "rollout.group_size=2",
                                  "rollout.max_new_tokens=6", "trainer.total_steps=4", "trainer.val_groups=1",
                                  "probe.every=0", "probe.stop_on_collapse=true", "optim.micro_batch_size=2"])
-    run = trainer.setup(cfg, tmp_path / "run", quiet=True, models=local.build_models(cfg))
+    run = trainer.setup(cfg, tmp_path / "run", quiet=True, models=learner.build_models(cfg))
     fake = [[], [mi_probe.Alert("template_collapse", 1, "template collapse: test", {"x": 1.0})]]
     monkeypatch.setattr(run.watch.detector, "update", lambda step, **_: fake[step] if step < 2 else [])
     summary = trainer.train(run)
@@ -223,7 +223,7 @@ def test_audit_report_numbers_html_and_json(fixture_run, tmp_path, capsys):
 def test_grad_plot_puts_the_scaled_regularisers_beside_the_task_norm(monkeypatch):
     from matplotlib.axes import Axes
 
-    from ragen2 import audit_report
+    from ragen2.reports import audit_report
 
     bars = {}
     real_bar = Axes.bar
@@ -265,7 +265,7 @@ def test_audit_of_a_run_without_grad_metrics_and_bad_input(fixture_run, tmp_path
 def test_bound_without_spread_says_why_c_is_undefined(fixture_run, tmp_path, monkeypatch):
     from matplotlib.axes import Axes
 
-    from ragen2 import audit_report
+    from ragen2.reports import audit_report
 
     texts = []
     real_text = Axes.text

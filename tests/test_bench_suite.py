@@ -192,7 +192,7 @@ def test_validate_before_measures_the_untrained_model_and_leaves_training_as_it_
                                                                                      monkeypatch):
     import torch
 
-    from ragen2 import trainer
+    from ragen2.engines.local import trainer
     from ragen2.config import build_config
     from ragen2.run_dir import read_metrics
 

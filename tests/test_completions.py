@@ -12,8 +12,8 @@ import torch
 import yaml
 
 import envs
-from ragen2 import completions as comp
-from ragen2 import trainer as trainer_lib
+from ragen2.instruments import completions as comp
+from ragen2.engines.local import trainer as trainer_lib
 from ragen2.cli import main
 from ragen2.config import build_config
 from ragen2.rollout import RolloutConfig, rollout

@@ -194,7 +194,7 @@ THINK_ID = 60
 
 
 class _Tok:
-    """What `ragen2.probe.Probe` asks of a tokenizer: `<think>`'s ids, a pad id, decode."""
+    """What `ragen2.instruments.probe.Probe` asks of a tokenizer: `<think>`'s ids, a pad id, decode."""
 
     pad_token_id = 0
 
@@ -219,7 +219,7 @@ def _first_turn_batch():
 
 def test_first_turn_probe_has_columns_only_for_groups_with_sampled_reasoning(model):
     from ragen2.config import ProbeSection
-    from ragen2.probe import Probe
+    from ragen2.instruments.probe import Probe
 
     probe = Probe(ProbeSection(num_samples=64), _Tok())
     batch = _first_turn_batch()
@@ -247,7 +247,7 @@ def _scores(L, owner):
 def test_non_finite_scores_drop_their_rows_and_columns_not_the_run(model, monkeypatch):
     import mi_probe
     from ragen2.config import ProbeSection
-    from ragen2.probe import Probe, usable_scores
+    from ragen2.instruments.probe import Probe, usable_scores
 
     nan = float("nan")
     # column 2 is NaN for every row (a prompt the model cannot score): it goes, and so does

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from ragen2.config import load_config
-from ragen2.engines import local
+from ragen2.engines.local import learner
 from ragen2.rollout.tiny import tiny_llama, tiny_tokenizer
 
 
@@ -31,7 +31,7 @@ def _batch(vocab, seed=0):
 def test_log_probs_match_the_full_vocabulary_computation(tok):
     model = tiny_llama(tok, seed=1)
     ids, attn, mask = _batch(len(tok))
-    ours, entropy = local.policy_log_probs(model, ids, attn, mask, with_entropy=True)
+    ours, entropy = learner.policy_log_probs(model, ids, attn, mask, with_entropy=True)
     with torch.no_grad():
         logp = torch.log_softmax(model(input_ids=ids, attention_mask=attn).logits.float(), -1)
     expected = torch.zeros_like(ours)
@@ -47,12 +47,12 @@ def _inputs(tok, micro, advantages=None):
     cfg = load_config(algo="grpo", overrides=[f"optim.micro_batch_size={micro}", "optim.mini_batch_size=4",
                                               "optim.actor_lr=1e-3", "algo.entropy_coef=0.01"])
     model = tiny_llama(tok, seed=2)
-    models = local.Models(model, tok, None, None, torch.device("cpu"))
+    models = learner.Models(model, tok, None, None, torch.device("cpu"))
     ids, attn, mask = _batch(len(tok), seed=3)
-    old, _ = local.policy_log_probs(model, ids, attn, mask)
+    old, _ = learner.policy_log_probs(model, ids, attn, mask)
     if advantages is None:
         advantages = torch.linspace(-1, 1, 12).expand(4, 12) * mask
-    data = local.UpdateInputs(ids, attn, mask, old.detach(), advantages)
+    data = learner.UpdateInputs(ids, attn, mask, old.detach(), advantages)
     return cfg, models, data
 
 
@@ -60,8 +60,8 @@ def test_gradient_accumulation_equals_one_big_micro_batch(tok):
     results = []
     for micro in (1, 4):
         cfg, models, data = _inputs(tok, micro)
-        optimizers = local.build_optimizers(models, cfg)
-        metrics = local.ppo_update(models, optimizers, data, cfg, torch.Generator().manual_seed(0))
+        optimizers = learner.build_optimizers(models, cfg)
+        metrics = learner.ppo_update(models, optimizers, data, cfg, torch.Generator().manual_seed(0))
         results.append((torch.cat([p.detach().flatten() for p in models.policy.parameters()]), metrics))
     (params_1, m1), (params_4, m4) = results
     assert torch.allclose(params_1, params_4, atol=1e-6)
@@ -72,8 +72,8 @@ def test_non_finite_loss_skips_the_step_and_counts_it(tok):
     cfg, models, data = _inputs(tok, 2)
     data.advantages[0, 5] = float("nan")  # on an assistant token: the loss becomes NaN
     before = copy.deepcopy(models.policy.state_dict())
-    optimizers = local.build_optimizers(models, cfg)
-    metrics = local.ppo_update(models, optimizers, data, cfg, torch.Generator().manual_seed(0))
+    optimizers = learner.build_optimizers(models, cfg)
+    metrics = learner.ppo_update(models, optimizers, data, cfg, torch.Generator().manual_seed(0))
     assert metrics["actor/nonfinite_skipped_minibatches"] == 1.0
     after = models.policy.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)
@@ -86,7 +86,7 @@ def test_values_are_aligned_with_the_token_they_precede(tok):
     backbone = LlamaModel(tiny_llama(tok, seed=4).config)
     critic = ValueModel(backbone).eval()
     ids, attn, _ = _batch(len(tok))
-    values = local.critic_values(critic, ids, attn)
+    values = learner.critic_values(critic, ids, attn)
     with torch.no_grad():
         raw = critic(ids, attn)
     assert torch.allclose(values[:, 1:], raw[:, :-1]) and (values[:, 0] == 0).all()
@@ -100,20 +100,20 @@ def test_critic_warmup_updates_the_critic_and_leaves_the_policy_untouched(tok):
                                              "optim.critic_warmup_steps=1", "optim.actor_lr=1e-3"])
     policy = tiny_llama(tok, seed=2)
     critic = ValueModel(LlamaModel(tiny_llama(tok, seed=5).config))
-    models = local.Models(policy, tok, critic, None, torch.device("cpu"))
+    models = learner.Models(policy, tok, critic, None, torch.device("cpu"))
     ids, attn, mask = _batch(len(tok), seed=3)
-    old_values = local.critic_values(critic, ids, attn).detach()
+    old_values = learner.critic_values(critic, ids, attn).detach()
     returns = torch.ones_like(old_values) * mask
-    data = local.UpdateInputs(ids, attn, mask, None, torch.ones_like(old_values) * mask, None, old_values, returns)
+    data = learner.UpdateInputs(ids, attn, mask, None, torch.ones_like(old_values) * mask, None, old_values, returns)
     policy_before = copy.deepcopy(policy.state_dict())
     critic_before = copy.deepcopy(critic.state_dict())
-    optimizers = local.build_optimizers(models, cfg)
-    metrics = local.ppo_update(models, optimizers, data, cfg, torch.Generator().manual_seed(0), train_actor=False)
+    optimizers = learner.build_optimizers(models, cfg)
+    metrics = learner.ppo_update(models, optimizers, data, cfg, torch.Generator().manual_seed(0), train_actor=False)
     assert all(torch.equal(policy_before[k], v) for k, v in policy.state_dict().items())
     assert any(not torch.equal(critic_before[k], v) for k, v in critic.state_dict().items())
     assert "critic/value_loss" in metrics and not any(k.startswith("actor/pg") for k in metrics)
     assert metrics["actor/nonfinite_skipped_minibatches"] == 0.0
     # Without a critic there is nothing to warm up: a clear error, not a silent no-op update.
     with pytest.raises(ValueError, match="needs a critic"):
-        local.ppo_update(local.Models(policy, tok, None, None, torch.device("cpu")), optimizers, data, cfg,
+        learner.ppo_update(learner.Models(policy, tok, None, None, torch.device("cpu")), optimizers, data, cfg,
                          torch.Generator().manual_seed(0), train_actor=False)

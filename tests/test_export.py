@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from ragen2 import checkpoint as ckpt
+from ragen2.engines.local import checkpoint as ckpt
 from ragen2 import models as model_lib
 from ragen2.cli import main
 from ragen2.rollout.tiny import tiny_llama, tiny_tokenizer

@@ -19,10 +19,11 @@ import envs
 from envs import registry
 from envs.base import ActionOutcome, EnvConfig, TextEnv
 from envs.parsing import ParsedResponse
-from ragen2 import seeding, trainer
+from ragen2 import seeding
+from ragen2.engines.local import trainer
 from ragen2.cli import main
 from ragen2.config import load_config
-from ragen2.engines import local
+from ragen2.engines.local import learner
 from ragen2.run_dir import read_metrics
 
 ENV_NAME = "filter_probe_coin"
@@ -95,7 +96,7 @@ def top_groups_by_std(rewards: list[list[float]], keep: int) -> list[int]:
 def spies(monkeypatch):
     """Record each step's full rollout, the batch handed to the update, and the rows PPO trained on."""
     seen = {"rollouts": [], "updated": [], "ppo_rows": []}
-    real_rollout, real_update_on, real_ppo = trainer.rollout, trainer.update_on, local.ppo_update
+    real_rollout, real_update_on, real_ppo = trainer.rollout, trainer.update_on, learner.ppo_update
 
     def rollout(*args, **kwargs):
         batch = real_rollout(*args, **kwargs)
@@ -112,7 +113,7 @@ def spies(monkeypatch):
 
     monkeypatch.setattr(trainer, "rollout", rollout)
     monkeypatch.setattr(trainer, "update_on", update_on)
-    monkeypatch.setattr(local, "ppo_update", ppo_update)
+    monkeypatch.setattr(learner, "ppo_update", ppo_update)
     return seen
 
 

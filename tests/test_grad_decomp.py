@@ -11,9 +11,9 @@ import torch
 import transformers
 
 from mi_probe import gradients as grad_lib
-from ragen2 import grad_decomp
+from ragen2.instruments import grad_decomp
 from ragen2.config import Config
-from ragen2.engines import local
+from ragen2.engines.local import learner
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: threads cost more than they save
 VOCAB, ROWS, WIDTH = 64, 6, 12
@@ -128,13 +128,13 @@ def _inputs(policy, with_ref: bool):
     response = ((torch.arange(WIDTH)[None] >= 4) & attn.bool()).float()
     response[3] = 0.0
     response[3, 5] = 1.0  # a one-token response
-    current, _ = local.policy_log_probs(policy, ids, attn, response)
+    current, _ = learner.policy_log_probs(policy, ids, attn, response)
     current = current.detach()
     noise = lambda: 0.3 * torch.randn(ROWS, WIDTH, generator=g) * response  # noqa: E731
     old = current + noise()  # ratios away from 1: some tokens clip
     ref = current + noise() if with_ref else None
     advantages = torch.randn(ROWS, 1, generator=g).expand(ROWS, WIDTH) * response
-    data = local.UpdateInputs(ids, attn, response, old, advantages.contiguous(), ref)
+    data = learner.UpdateInputs(ids, attn, response, old, advantages.contiguous(), ref)
     trajectories = [SimpleNamespace(group=grp, reward=r) for grp, rs in REWARDS.items() for r in rs]
     batch = SimpleNamespace(trajectories=trajectories, group_ids=torch.tensor([t.group for t in trajectories]))
     return batch, data
@@ -172,8 +172,8 @@ def test_components_add_up_to_the_update_gradient(policy, loss_agg, kl_coef):
     summed = grad_lib.combine(whole.components, whole.coefficients)
 
     optimizer = CapturingOptimizer(policy.parameters())
-    models = local.Models(policy, None, None, None, torch.device("cpu"))
-    local.ppo_update(models, local.Optimizers(optimizer, None), data, cfg, torch.Generator().manual_seed(0))
+    models = learner.Models(policy, None, None, None, torch.device("cpu"))
+    learner.ppo_update(models, learner.Optimizers(optimizer, None), data, cfg, torch.Generator().manual_seed(0))
     for mine, theirs in zip(summed, optimizer.grads):
         torch.testing.assert_close(mine, theirs, atol=1e-5, rtol=0)
     assert grad_lib.norm(whole.components["task"]) > 1e-3  # not trivially zero
@@ -190,14 +190,14 @@ def test_filter_loss_scaling_scales_the_advantages_not_the_regularisers(policy):
     scale = 0.25
     expected = grad_lib.combine(whole.components, {"task": scale, "entropy": -0.05, "kl": 0.1})
     optimizer = CapturingOptimizer(policy.parameters())
-    models = local.Models(policy, None, None, None, torch.device("cpu"))
-    local.ppo_update(models, local.Optimizers(optimizer, None), data, cfg, torch.Generator().manual_seed(0),
+    models = learner.Models(policy, None, None, None, torch.device("cpu"))
+    learner.ppo_update(models, learner.Optimizers(optimizer, None), data, cfg, torch.Generator().manual_seed(0),
                      loss_scale=scale)
     for mine, theirs in zip(expected, optimizer.grads):
         torch.testing.assert_close(mine, theirs, atol=1e-5, rtol=0)
-    scaled_adv = local.UpdateInputs(data.input_ids, data.attention_mask, data.response_mask, data.old_log_probs,
+    scaled_adv = learner.UpdateInputs(data.input_ids, data.attention_mask, data.response_mask, data.old_log_probs,
                                     scale * data.advantages, data.ref_log_probs)
-    local.ppo_update(models, local.Optimizers(optimizer, None), scaled_adv, cfg, torch.Generator().manual_seed(0))
+    learner.ppo_update(models, learner.Optimizers(optimizer, None), scaled_adv, cfg, torch.Generator().manual_seed(0))
     for mine, theirs in zip(expected, optimizer.grads):  # the same as scaling the advantages
         torch.testing.assert_close(mine, theirs, atol=1e-5, rtol=0)
 
@@ -206,14 +206,14 @@ def test_micro_batch_loss_scope_is_verls_mean_of_micro_batch_means(policy):
     # veRL (RAGEN-2) takes each micro-batch's own token-mean and averages the micro-batches: with
     # micro-batches of one row (RAGEN-2's default) that is seq-mean-token-mean over the mini-batch.
     batch, data = _inputs(policy, with_ref=False)
-    models = local.Models(policy, None, None, None, torch.device("cpu"))
+    models = learner.Models(policy, None, None, None, torch.device("cpu"))
     grads = {}
     for name, agg, scope in (("verl", "token-mean", "micro_batch"), ("seq", "seq-mean-token-mean", "mini_batch"),
                              ("ours", "token-mean", "mini_batch")):
         cfg = _config(agg, 0.0)
         cfg.optim.micro_batch_size, cfg.optim.loss_scope = 1, scope
         optimizer = CapturingOptimizer(policy.parameters())
-        local.ppo_update(models, local.Optimizers(optimizer, None), data, cfg, torch.Generator().manual_seed(0))
+        learner.ppo_update(models, learner.Optimizers(optimizer, None), data, cfg, torch.Generator().manual_seed(0))
         grads[name] = optimizer.grads
     for a, b in zip(grads["verl"], grads["seq"]):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=0)

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from ragen2 import checkpoint as ckpt
-from ragen2 import trainer
+from ragen2.engines.local import checkpoint as ckpt
+from ragen2.engines.local import trainer
 from ragen2.cli import main
-from ragen2.engines import local
-from ragen2.interrupts import Interrupts, StepAbandoned
+from ragen2.engines.local import learner
+from ragen2.engines.local.interrupts import Interrupts, StepAbandoned
 from ragen2.run_dir import read_metrics
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -103,7 +103,7 @@ def _signal_during(monkeypatch, module, name, at_call, signum=signal.SIGINT):
 @pytest.mark.parametrize("phase, steps_done", [("rollout", 2), ("update", 3)])
 def test_an_interrupt_saves_the_last_completed_step_and_resume_equals_an_uninterrupted_run(
         tiny_model_dir, tmp_path, monkeypatch, capsys, reference, phase, steps_done):
-    module, name = (trainer, "rollout") if phase == "rollout" else (local, "ppo_update")
+    module, name = (trainer, "rollout") if phase == "rollout" else (learner, "ppo_update")
     _signal_during(monkeypatch, module, name, at_call=3)  # during step 3 (index 2)
     run = tmp_path / "r"
     code = main(["train", "--out", str(tmp_path), "trainer.run_name=r", *_common(tiny_model_dir, 4)])

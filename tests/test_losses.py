@@ -380,9 +380,9 @@ def test_actor_loss_terms_and_their_combination_by_hand():
 
 def test_the_update_and_the_gradient_decomposition_take_the_same_actor_loss():
     """The gradient the update backpropagates equals the sum of grad_decomp's weighted terms."""
-    from ragen2 import grad_decomp
+    from ragen2.instruments import grad_decomp
     from ragen2.config import load_config
-    from ragen2.engines import local
+    from ragen2.engines.local import learner
     from ragen2.rollout.tiny import tiny_llama, tiny_tokenizer
 
     cfg = load_config(overrides=["algo.kl_coef=0.05", "algo.entropy_coef=0.01"])
@@ -391,11 +391,11 @@ def test_the_update_and_the_gradient_decomposition_take_the_same_actor_loss():
     attn = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]])
     rmask = torch.tensor([[0, 0, 1, 1, 1, 1], [0, 1, 1, 1, 0, 0]]).bool()
     with torch.no_grad():
-        old, _ = local.policy_log_probs(policy, ids, attn, rmask)
-    data = local.UpdateInputs(ids, attn, rmask, old - 0.01 * rmask, torch.tensor([[0.5] * 6, [-1.0] * 6]),
+        old, _ = learner.policy_log_probs(policy, ids, attn, rmask)
+    data = learner.UpdateInputs(ids, attn, rmask, old - 0.01 * rmask, torch.tensor([[0.5] * 6, [-1.0] * 6]),
                               ref_log_probs=old + 0.02 * rmask)
     totals = dict(total_tokens=int(rmask.sum()), total_sequences=2)
-    local._actor_backward(policy, data, torch.arange(2), ids, attn, rmask, cfg, totals, 1.0, lambda *_: None)
+    learner._actor_backward(policy, data, torch.arange(2), ids, attn, rmask, cfg, totals, 1.0, lambda *_: None)
     update_grads = [p.grad.clone() for p in policy.parameters()]
     policy.zero_grad()
     terms = grad_decomp.actor_loss_terms(policy, cfg, ids, attn, rmask, data.old_log_probs, data.advantages,

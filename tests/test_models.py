@@ -14,7 +14,8 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from ragen2 import models, precision
+from ragen2 import models
+from ragen2 import precision
 from ragen2.models import LoraSettings, ModelSourceError, ModelWeightsError
 
 CHATML_ONE_TURN = (

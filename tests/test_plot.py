@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from ragen2 import plot
+from ragen2.reports import plot
 from ragen2.cli import main
 
 

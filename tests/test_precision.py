@@ -8,9 +8,10 @@ emulates bf16 where the units are missing, slowly but with the same rounding).
 import pytest
 import torch
 
-from ragen2 import models, precision
+from ragen2 import models
+from ragen2 import precision
 from ragen2.config import load_config
-from ragen2.engines import local
+from ragen2.engines.local import learner
 from ragen2.rollout import generate
 from ragen2.rollout.tiny import tiny_llama, tiny_tokenizer
 
@@ -81,7 +82,7 @@ def test_build_models_writes_the_resolved_dtype_into_the_config(monkeypatch, tmp
     cfg = load_config(overrides=[f"model.name={folder}", "algo.advantage=gae", "algo.kl_coef=0.01"])
     assert cfg.model.dtype == "auto"
     told = []
-    built = local.build_models(cfg, report=told.append)
+    built = learner.build_models(cfg, report=told.append)
     assert cfg.model.dtype == "bfloat16" and told[0].reason == "test: pretend fast bf16"
     for module in (built.policy, built.critic, built.reference):
         assert precision.compute_dtype(module) == torch.bfloat16
@@ -106,19 +107,19 @@ def test_bf16_policy_keeps_fp32_weights_logprobs_values_and_optimizer_state(tok)
     mask = torch.ones_like(ids)
     response = torch.zeros_like(ids)
     response[:, 5:] = 1
-    lp32, _ = local.policy_log_probs(policy, ids, mask, response)
-    lp16, entropy = local.policy_log_probs(policy_bf16, ids, mask, response, with_entropy=True)
+    lp32, _ = learner.policy_log_probs(policy, ids, mask, response)
+    lp16, entropy = learner.policy_log_probs(policy_bf16, ids, mask, response, with_entropy=True)
     assert lp16.dtype == torch.float32 and entropy.dtype == torch.float32
     sampled = response[:, 1:].bool()
     gap = (lp16 - lp32)[:, 1:][sampled].detach().abs()
     # bf16 matmuls change log-probs by rounding, not more: > 0 (it really ran bf16), small
     assert 0 < float(gap.max()) < 0.05
     # the same bf16 forward twice is bit-identical: the first PPO ratio is exactly 1
-    again, _ = local.policy_log_probs(policy_bf16, ids, mask, response)
+    again, _ = learner.policy_log_probs(policy_bf16, ids, mask, response)
     assert torch.equal(again, lp16)
 
     critic = precision.set_compute_dtype(models.build_tiny_value_model(config=policy.config), torch.bfloat16)
-    values = local.critic_values(critic, ids, mask)
+    values = learner.critic_values(critic, ids, mask)
     assert values.dtype == torch.float32
 
     optimizer = torch.optim.AdamW(policy_bf16.parameters(), lr=1e-3)
@@ -144,7 +145,7 @@ def test_bf16_sampling_logprobs_match_the_bf16_teacher_forced_ones(tok, backend)
         ids = torch.tensor([prompt + result.token_ids])
         response = torch.zeros_like(ids)
         response[:, len(prompt):] = 1
-        forced, _ = local.policy_log_probs(policy_bf16, ids, torch.ones_like(ids), response)
+        forced, _ = learner.policy_log_probs(policy_bf16, ids, torch.ones_like(ids), response)
         gap = (forced[0, len(prompt):] - torch.tensor(result.logprobs)).abs()
         assert float(gap.max()) < 0.05, backend
 

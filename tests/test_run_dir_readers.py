@@ -9,8 +9,8 @@ import shutil
 
 import pytest
 
-from ragen2 import plot
-from ragen2.audit_report import build_report
+from ragen2.reports import plot
+from ragen2.reports.audit_report import build_report
 from ragen2.bench.plots import series as bench_series
 from ragen2.bench.report import cell_result
 from ragen2.bench.runner import steps_logged

@@ -32,6 +32,6 @@ def test_the_openrlhf_datasets_and_eval_do_not_load_the_local_trainer():
     import subprocess
     import sys
 
-    code = "import sys, ragen2.engines.openrlhf.flags, ragen2.commands.eval; print('ragen2.trainer' in sys.modules)"
+    code = "import sys, ragen2.engines.openrlhf.flags, ragen2.commands.eval; print('ragen2.engines.local.trainer' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False"]

@@ -70,7 +70,7 @@ def run_cell(run_dir: Path, engine: str = "local", quiet: bool = False, cluster:
         if summary is None:  # the report reads it, and the metrics
             raise RuntimeError(f"the OpenRLHF run finished without writing {SUMMARY_FILE} into its run directory")
         return summary
-    from ragen2 import trainer  # torch: only in the process that trains (the bench parent imports this module)
+    from ragen2.engines.local import trainer  # torch: only in the process that trains (the bench parent imports this module)
 
     run = trainer.setup(cfg, run_dir, resume=True, quiet=quiet)
     before = run_dir / VAL_BEFORE_FILE

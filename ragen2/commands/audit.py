@@ -1,5 +1,5 @@
-"""`ragen2 audit RUN_DIR` (HTML report + JSON summary, ragen2.audit_report) and
-`ragen2 audit --model PATH_OR_ID --env NAME` (fresh rollouts probed, a verdict; ragen2.audit)."""
+"""`ragen2 audit RUN_DIR` (HTML report + JSON summary, ragen2.reports.audit_report) and
+`ragen2 audit --model PATH_OR_ID --env NAME` (fresh rollouts probed, a verdict; ragen2.reports.audit)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import envs
-from ragen2.audit_verdict import AuditSettings
+from ragen2.reports.audit_verdict import AuditSettings
 from ragen2.commands import COMMANDS
 from ragen2.run_dir import AUDIT_DIR, CONFIG_FILE
 
@@ -67,7 +67,7 @@ def run(args) -> int:
 
 
 def _report(args) -> int:
-    from ragen2.audit_report import build_report  # torch, scipy and matplotlib: not for --help
+    from ragen2.reports.audit_report import build_report  # torch, scipy and matplotlib: not for --help
 
     result = build_report(args.run_dir, args.out, args.target)
     data = result["data"]
@@ -95,7 +95,7 @@ def _env_factory(name: str, typed: dict, raw_overrides: list[str]):
 
 
 def _model_audit(args) -> int:
-    from ragen2 import audit  # torch and transformers: not for --help or a run's report
+    from ragen2.reports import audit  # torch and transformers: not for --help or a run's report
     from ragen2.models import ModelSourceError, ModelWeightsError
 
     try:

@@ -68,7 +68,7 @@ def add_parser(subparsers) -> None:
 
 def resolve_target(target: str):
     """(config, checkpoint folder or None, label) for a checkpoint, a run directory or a model."""
-    from ragen2 import checkpoint as ckpt  # torch (see the module doc)
+    from ragen2.engines.local import checkpoint as ckpt  # torch (see the module doc)
 
     path = Path(target)
     if path.is_dir():
@@ -187,7 +187,7 @@ def run(args) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     from ragen2 import models as model_lib  # see the module doc
-    from ragen2.engines import local
+    from ragen2.engines.local import learner
 
     group_size = cfg.rollout.group_size
     num_groups = math.ceil(args.episodes / group_size)
@@ -197,7 +197,7 @@ def run(args) -> int:
         source = model_lib.resolve_model_source(cfg.model.name)
         lora = (model_lib.LoraSettings(rank=cfg.model.lora_rank, alpha=cfg.model.lora_alpha,
                                        dropout=cfg.model.lora_dropout) if cfg.model.lora_rank > 0 else None)
-        device = local.pick_device(cfg.model.device)
+        device = learner.pick_device(cfg.model.device)
         tokenizer = model_lib.load_tokenizer(source)
         policy = model_lib.load_policy(source, dtype=cfg.model.dtype, device=device, lora=lora)
         if checkpoint is not None:

@@ -1,4 +1,4 @@
-"""`ragen2 plot RUN_DIR`: training curves as PNG (ragen2.plot draws them)."""
+"""`ragen2 plot RUN_DIR`: training curves as PNG (ragen2.reports.plot draws them)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    from ragen2.plot import plot_run  # matplotlib: not for `ragen2 plot --help`
+    from ragen2.reports.plot import plot_run  # matplotlib: not for `ragen2 plot --help`
 
     try:
         path = plot_run(args.run_dir, args.out)

@@ -101,7 +101,7 @@ class AlreadyFinished(ConfigError):
 
 
 def _check_resumable(run_dir: Path, cfg) -> None:
-    from ragen2 import checkpoint as ckpt  # torch (see the module doc)
+    from ragen2.engines.local import checkpoint as ckpt  # torch (see the module doc)
 
     done = ckpt.complete_checkpoints(run_dir)
     if not done:
@@ -178,7 +178,7 @@ def run(args) -> int:
         print(cfg.to_yaml(), end="")
         print("dry run: the config is valid and nothing was written", file=sys.stderr)
         return 0
-    from ragen2 import trainer  # see the module doc
+    from ragen2.engines.local import trainer  # see the module doc
     from ragen2.models import BUNDLED_NAMES, ModelSourceError
 
     bundled = cfg.model.name.strip().lower() in BUNDLED_NAMES

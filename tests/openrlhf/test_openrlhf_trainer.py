@@ -26,7 +26,7 @@ from ragen2.config import ProbeSection, load_config  # noqa: E402
 from ragen2.engines.openrlhf.flags import Cluster, trainer_settings  # noqa: E402
 from ragen2.engines.openrlhf.probe_scoring import cross_score_with_forward, probe_metrics  # noqa: E402
 from ragen2.engines.openrlhf.selection import SampleGroupError, fit_to_unit, select_samples  # noqa: E402
-from ragen2.probe import Probe  # noqa: E402
+from ragen2.instruments.probe import Probe  # noqa: E402
 from ragen2.rollout.tiny import tiny_llama, tiny_tokenizer  # noqa: E402
 
 G = 4

@@ -1,4 +1,4 @@
-"""completions.jsonl for the OpenRLHF engine: the local engine's records (ragen2.completions),
+"""completions.jsonl for the OpenRLHF engine: the local engine's records (ragen2.instruments.completions),
 built from one step's samples (pure; no OpenRLHF import).
 
 What a sample carries: its token ids and action mask (each turn's sampled tokens are one run of
@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 
 from envs.parsing import THINK_OPEN, parse_response
-from ragen2 import completions
+from ragen2.instruments import completions
 from ragen2.engines.openrlhf.probe_scoring import _spans
 from ragen2.rollout.chat import ChatFormat, reply_text
 
@@ -64,7 +64,7 @@ def sample_record(sample, group: int, member: int, rank: str, kept: bool | None,
 
 
 def pick_samples(samples: list, group_size: int, n: int, tokenizer, prefill: str, kept_groups=None) -> list[dict]:
-    """The local engine's choice (ragen2.completions.choose) over a step's samples, before the filter:
+    """The local engine's choice (ragen2.instruments.completions.choose) over a step's samples, before the filter:
     sample i is member i % G of group i // G, as OpenRLHF returns a prompt's samples together."""
     if n <= 0 or not samples:
         return []

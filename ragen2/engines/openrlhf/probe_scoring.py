@@ -1,6 +1,6 @@
 """The MI probe on OpenRLHF samples, scored through the actor's log-prob forward (pure torch).
 
-The local engine's probe (`ragen2.probe.Probe`) picks (prompt, reasoning) pairs from a
+The local engine's probe (`ragen2.instruments.probe.Probe`) picks (prompt, reasoning) pairs from a
 RolloutBatch and cross-scores them with the policy in-process. Here the policy lives in
 OpenRLHF's DeepSpeed workers, whose `forward(sequences, action_mask, attention_mask)` returns
 the log-prob of every action token. So:
@@ -30,7 +30,7 @@ Forward = Callable[[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]],
 
 @dataclass
 class ProbeBatch:
-    """The RolloutBatch fields `ragen2.probe.Probe.pairs` reads."""
+    """The RolloutBatch fields `ragen2.instruments.probe.Probe.pairs` reads."""
 
     input_ids: torch.Tensor  # [B, T] right-padded
     response_mask: torch.Tensor  # [B, T] bool: sampled tokens
@@ -120,7 +120,7 @@ def cross_score_with_forward(forward: Forward, prompts: list[list[int]], reasoni
 
 def probe_metrics(probe, samples: list, group_size: int, step: int, forward: Forward, prefill: str,
                   micro_batch_size: int = 8) -> dict[str, float]:
-    """The `probe/...` metrics of one step (`probe` is a ragen2.probe.Probe: pairs, EMA, config)."""
+    """The `probe/...` metrics of one step (`probe` is a ragen2.instruments.probe.Probe: pairs, EMA, config)."""
     batch = probe_batch(samples, group_size, probe.tokenizer, prefill, probe.pad_id)
     prompts, reasonings, owners = probe.pairs(batch, step)
     if len(set(owners)) < 2:

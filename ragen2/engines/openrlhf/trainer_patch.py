@@ -57,7 +57,7 @@ from ragen2.engines.openrlhf.completions import pick_samples
 from ragen2.engines.openrlhf.probe_scoring import probe_metrics
 from ragen2.engines.openrlhf.run_files import RunFiles
 from ragen2.engines.openrlhf.selection import SkipLedger, rollout_metrics, select_samples
-from ragen2.probe import Probe
+from ragen2.instruments.probe import Probe
 
 logger = init_logger(__name__)
 

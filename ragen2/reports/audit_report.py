@@ -32,9 +32,9 @@ from matplotlib.ticker import MaxNLocator
 from scipy import stats
 
 import mi_probe
-from ragen2.audit_verdict import run_verdict
+from ragen2.reports.audit_verdict import run_verdict
 from ragen2.config import upgrade_saved
-from ragen2.probe import series_values
+from ragen2.instruments.probe import series_values
 from ragen2.run_dir import AUDIT_DIR, SUMMARY_FILE, finite, read_config, read_events, read_steps
 
 SUCCESS_KEY = "rollout/success_rate"

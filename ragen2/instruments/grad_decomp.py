@@ -39,7 +39,7 @@ from mi_probe import gradients as grad_lib
 from ragen2.algos import losses
 from ragen2.algos.estimators import compute_advantages
 from ragen2.config import Config
-from ragen2.engines import local
+from ragen2.engines.local import learner
 
 TOKEN_WEIGHTED = ("token-mean",)  # other aggregations average over sequences
 
@@ -51,10 +51,10 @@ def due(cfg: Config, step: int) -> bool:
 def actor_loss_terms(policy, cfg: Config, ids, attn, mask, old_log_probs, advantages, ref_log_probs,
                      total_tokens: int, total_sequences: int) -> dict[str, torch.Tensor]:
     """The actor loss of `ppo_update`, term by term: {"task", "entropy"[, "kl"]} (unscaled)."""
-    log_probs, entropy = local.policy_log_probs(policy, ids, attn, mask, cfg.rollout.temperature, with_entropy=True)
+    log_probs, entropy = learner.policy_log_probs(policy, ids, attn, mask, cfg.rollout.temperature, with_entropy=True)
     ref = ref_log_probs if cfg.algo.kl_mode == "loss" else None
     terms, _ = losses.actor_loss_terms(log_probs, entropy, old_log_probs, advantages, mask, ref,
-                                       **local.actor_loss_settings(cfg.algo), total_tokens=total_tokens,
+                                       **learner.actor_loss_settings(cfg.algo), total_tokens=total_tokens,
                                        total_sequences=total_sequences)
     return terms
 
@@ -74,7 +74,7 @@ def group_reward_std(batch, ddof: int = 1) -> dict[int, float]:
             for g, r in rewards.items()}
 
 
-def bucket_gradients(policy, cfg: Config, data: local.UpdateInputs, rows: list[int]):
+def bucket_gradients(policy, cfg: Config, data: learner.UpdateInputs, rows: list[int]):
     """Per-term gradients of one bucket's loss, accumulated over micro-batches.
 
     Returns (components, loss values, sampled tokens, sequences with tokens).
@@ -136,7 +136,7 @@ def split_buckets(cfg: Config, spreads: list[float]) -> dict[str, list[int]]:
                                      remainder="last" if mode == "quantile" else "spread")
 
 
-def iter_bucket_gradients(policy, cfg: Config, batch, data: local.UpdateInputs):
+def iter_bucket_gradients(policy, cfg: Config, batch, data: learner.UpdateInputs):
     """Yield each reward-std bucket's `BucketGradients`, lowest spread first, then `all`.
 
     One bucket's gradients are alive at a time, besides the running `all` sum.
@@ -169,7 +169,7 @@ def iter_bucket_gradients(policy, cfg: Config, batch, data: local.UpdateInputs):
                           [stds[g] for g in groups])
 
 
-def decompose(policy, cfg: Config, batch, data: local.UpdateInputs, prefix: str = "grad") -> dict[str, float]:
+def decompose(policy, cfg: Config, batch, data: learner.UpdateInputs, prefix: str = "grad") -> dict[str, float]:
     """`<prefix>/<bucket>/<key>` metrics for every bucket and `all`; no parameter changes."""
     started = time.perf_counter()
     if int(data.response_mask.sum().item()) == 0:
@@ -186,23 +186,23 @@ def decompose(policy, cfg: Config, batch, data: local.UpdateInputs, prefix: str 
     return metrics
 
 
-def update_inputs(run, batch) -> local.UpdateInputs:
+def update_inputs(run, batch) -> learner.UpdateInputs:
     """Old log-probs, reference log-probs, values and advantages of `batch`, as the update
     computes them (for the pre-filter pass, whose batch the update never sees)."""
     cfg, models = run.cfg, run.models
     micro, temperature = cfg.optim.micro_batch_size, cfg.rollout.temperature
     batch = batch.to(models.device)
     ids, attn, mask = batch.input_ids, batch.attention_mask, batch.response_mask
-    old = local.batched(lambda i, a, m: local.policy_log_probs(models.policy, i, a, m, temperature)[0],
+    old = learner.batched(lambda i, a, m: learner.policy_log_probs(models.policy, i, a, m, temperature)[0],
                         micro, ids, attn, mask)
     ref = values = None
     if models.reference is not None:
-        ref = local.batched(lambda i, a, m: local.policy_log_probs(models.reference, i, a, m, temperature)[0],
+        ref = learner.batched(lambda i, a, m: learner.policy_log_probs(models.reference, i, a, m, temperature)[0],
                             micro, ids, attn, mask)
     if models.critic is not None:
-        values = local.batched(lambda i, a: local.critic_values(models.critic, i, a), micro, ids, attn)
+        values = learner.batched(lambda i, a: learner.critic_values(models.critic, i, a), micro, ids, attn)
     advantages, returns = compute_advantages(cfg.algo, batch, values, old, ref)
-    return local.UpdateInputs(ids, attn, mask, old, advantages, ref, values, returns)
+    return learner.UpdateInputs(ids, attn, mask, old, advantages, ref, values, returns)
 
 
 def maybe_decompose_prefilter(run, batch) -> dict[str, float]:
@@ -213,7 +213,7 @@ def maybe_decompose_prefilter(run, batch) -> dict[str, float]:
     return decompose(run.models.policy, run.cfg, batch, update_inputs(run, batch), prefix="grad_prefilter")
 
 
-def maybe_decompose(run, batch, data: local.UpdateInputs) -> dict[str, float]:
+def maybe_decompose(run, batch, data: learner.UpdateInputs) -> dict[str, float]:
     """The trainer hook: `decompose` on the steps `probe.grad_every` names, else nothing."""
     if not due(run.cfg, run.step):
         return {}

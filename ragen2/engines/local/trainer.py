@@ -18,15 +18,16 @@ import torch
 
 import envs
 import snr
-from ragen2 import checkpoint as ckpt
-from ragen2 import completions
-from ragen2 import grad_decomp, precision
-from ragen2 import probe as probe_lib
+from ragen2.engines.local import checkpoint as ckpt
+from ragen2.instruments import completions
+from ragen2.instruments import grad_decomp
+from ragen2 import precision
+from ragen2.instruments import probe as probe_lib
 from ragen2.algos import losses
 from ragen2.algos.estimators import compute_advantages
 from ragen2.config import Config
-from ragen2.engines import local
-from ragen2.interrupts import Interrupts, StepAbandoned, restore_rng, rng_snapshot
+from ragen2.engines.local import learner
+from ragen2.engines.local.interrupts import Interrupts, StepAbandoned, restore_rng, rng_snapshot
 from ragen2.progress import LiveLine
 from ragen2.rollout import RolloutBatch, evaluate, rollout
 from ragen2.rollout.batch import adjusted_rows, ragen_size_divisor
@@ -39,8 +40,8 @@ from ragen2.seeding import step_seeds, validation_sampling_seed, validation_seed
 class Run:
     cfg: Config
     run_dir: Path
-    models: local.Models
-    optimizers: local.Optimizers
+    models: learner.Models
+    optimizers: learner.Optimizers
     generator: torch.Generator
     stop_policy: snr.StopPolicy
     probe: probe_lib.Probe
@@ -51,7 +52,7 @@ class Run:
     summary: dict = field(default_factory=dict)
     interrupts: Interrupts = field(default_factory=Interrupts)
     live: LiveLine = field(default_factory=LiveLine)  # the live progress line (off unless a terminal)
-    completions: list = field(default_factory=list)  # this step's recorded trajectories (ragen2.completions)
+    completions: list = field(default_factory=list)  # this step's recorded trajectories (ragen2.instruments.completions)
 
 
 class Timer:
@@ -135,7 +136,7 @@ def needs_old_log_probs(run: Run, rows: int) -> bool:
     if kl_in_reward or grad_decomp.due(cfg, run.step):
         return True
     # critic warm-up: no policy loss, so no ratio to take
-    return trains_actor(run) and not local.reuses_current_log_probs(cfg.optim, rows)
+    return trains_actor(run) and not learner.reuses_current_log_probs(cfg.optim, rows)
 
 
 def trains_actor(run: Run) -> bool:
@@ -151,26 +152,26 @@ def update_on(run: Run, batch: RolloutBatch, selection, timer: Timer) -> dict:
     old = None
     if needs_old_log_probs(run, ids.shape[0]):
         with timer("old_log_probs"):
-            old = local.batched(lambda i, a, m: local.policy_log_probs(models.policy, i, a, m,
+            old = learner.batched(lambda i, a, m: learner.policy_log_probs(models.policy, i, a, m,
                                                                        cfg.rollout.temperature)[0],
                                 micro, ids, attn, mask)
     ref = values = None
     if models.reference is not None:
         with timer("ref_log_probs"):
-            ref = local.batched(lambda i, a, m: local.policy_log_probs(models.reference, i, a, m,
+            ref = learner.batched(lambda i, a, m: learner.policy_log_probs(models.reference, i, a, m,
                                                                        cfg.rollout.temperature)[0],
                                 micro, ids, attn, mask)
     if models.critic is not None:
         with timer("values"):
-            values = local.batched(lambda i, a: local.critic_values(models.critic, i, a), micro, ids, attn)
+            values = learner.batched(lambda i, a: learner.critic_values(models.critic, i, a), micro, ids, attn)
     with timer("advantages"):
         advantages, returns = compute_advantages(cfg.algo, batch, values, old, ref)
-    data = local.UpdateInputs(ids, attn, mask, old, advantages, ref, values, returns)
+    data = learner.UpdateInputs(ids, attn, mask, old, advantages, ref, values, returns)
     decomposition = grad_decomp.maybe_decompose(run, batch, data)  # diagnostic, timed apart (grad/time_s)
     scale = snr.kept_fraction_scale(selection.kept_fraction, cfg.algo.filter_loss_scaling)
     train_actor = trains_actor(run)
     with timer("update"):
-        metrics = local.ppo_update(models, run.optimizers, data, cfg, run.generator, loss_scale=scale,
+        metrics = learner.ppo_update(models, run.optimizers, data, cfg, run.generator, loss_scale=scale,
                                    train_actor=train_actor, on_micro_batch=run.live.update())
     metrics["actor/frozen_for_critic_warmup"] = float(not train_actor)
     tokens = batch.num_tokens * cfg.optim.ppo_epochs
@@ -242,10 +243,10 @@ def setup(cfg: Config, run_dir: Path, resume: bool = False, quiet: bool = False,
     torch.manual_seed(cfg.trainer.seed)
     choices = []
     if models is None:
-        models = local.build_models(cfg, report=choices.append)
+        models = learner.build_models(cfg, report=choices.append)
     elif cfg.model.dtype == "auto":  # models built by the caller: record what they compute in
         cfg.model.dtype = str(precision.compute_dtype(models.policy)).removeprefix("torch.")
-    optimizers = local.build_optimizers(models, cfg)
+    optimizers = learner.build_optimizers(models, cfg)
     generator = torch.Generator().manual_seed(cfg.trainer.seed)
     run = Run(cfg, run_dir, models, optimizers, generator, snr.StopPolicy(cfg.stop),
               probe_lib.Probe(cfg.probe, models.tokenizer), log=None,  # type: ignore[arg-type]

@@ -24,13 +24,13 @@ from pathlib import Path
 
 import torch
 
-from ragen2 import checkpoint as ckpt
+from ragen2.engines.local import checkpoint as ckpt
 from ragen2 import models as model_lib
-from ragen2.audit_verdict import (AuditSettings, compare_with_base, model_verdict, retrieval_zscore,  # noqa: F401
+from ragen2.reports.audit_verdict import (AuditSettings, compare_with_base, model_verdict, retrieval_zscore,  # noqa: F401
                                   run_verdict)
 from ragen2.config import ProbeSection
-from ragen2.engines import local
-from ragen2.probe import Probe
+from ragen2.engines.local import learner
+from ragen2.instruments.probe import Probe
 from ragen2.rollout import RolloutConfig, rollout
 from ragen2.run_dir import CONFIG_FILE, POLICY_DIR, read_config
 from ragen2.seeding import audit_seeds
@@ -104,7 +104,7 @@ def policy_entropy(policy, batch, temperature: float, micro_batch_size: int = 4)
         for start in range(0, len(batch), micro_batch_size):
             rows = slice(start, start + micro_batch_size)
             mask = batch.response_mask[rows]
-            _, entropy = local.policy_log_probs(policy, batch.input_ids[rows], batch.attention_mask[rows], mask,
+            _, entropy = learner.policy_log_probs(policy, batch.input_ids[rows], batch.attention_mask[rows], mask,
                                                 temperature, with_entropy=True)
             total += float((entropy * mask).sum())
             count += int(mask.sum())
