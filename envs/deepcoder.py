@@ -21,7 +21,7 @@ envs/data/deepcoder_builtin.jsonl), `file` (JSON array or JSONL of such rows), `
 DeepCoder-Preview-Dataset with primeintellect | taco | lcbv5 | codeforces). The sandbox's
 filesystem holds only the interpreter and its standard library, so the data (and any copy
 of it: a checkout, site-packages, a hub cache) is absent: no program can read the expected
-outputs (tests/test_deepcoder.py tries). Its paths are also passed as `hide_paths`.
+outputs (tests/envs/test_deepcoder.py tries). Its paths are also passed as `hide_paths`.
 """
 
 from __future__ import annotations

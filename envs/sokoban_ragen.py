@@ -25,7 +25,7 @@ distinct states; this changes which states the search visits and is kept.
 
 Using `random.Random(seed)` and `np.random.RandomState(seed)` instances (never the global
 generators) gives the same draws as RAGEN's `all_seed(seed)`, so seed s is RAGEN-2's room s
-(tests/test_sokoban.py pins rooms derived from RAGEN-2's code). One departure: when a draw
+(tests/envs/test_sokoban.py pins rooms derived from RAGEN-2's code). One departure: when a draw
 fails, RAGEN retries with `abs(hash(str(seed))) % 2**32`, which differs between processes
 (string hashing is salted); we retry with a seed drawn from `np.random.default_rng([seed,
 retry])`, the same everywhere.

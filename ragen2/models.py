@@ -9,7 +9,6 @@
   through ``peft`` optional), ``load_reference``
   (frozen; only when a KL term is on), ``load_value_model`` (PPO critic: same base, own weights,
   scalar head) and ``load_tokenizer``. ``save_model`` / ``load_model_weights`` checkpoint any of them.
-- Tests: ``build_tiny_tokenizer``, ``tiny_model_config``, ``build_tiny_policy``, ``build_tiny_value_model``.
 
 Optional dependencies: ``gguf`` (to build the bundled cache) and ``peft`` (for LoRA).
 """
@@ -34,11 +33,8 @@ from typing import Optional, Tuple, Union
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
-from tokenizers import Tokenizer, decoders, pre_tokenizers
-from tokenizers import models as tokenizer_models
 from torch import nn
-from transformers import (AutoModel, AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, LlamaModel,
-                          PreTrainedTokenizerFast)
+from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
 
 from ragen2 import precision
 
@@ -46,8 +42,7 @@ __all__ = [
     "BUNDLED_NAMES", "DEFAULT_MODEL", "check_model_source", "SMOLLM2_CHAT_TEMPLATE", "ModelSourceError", "ModelWeightsError",
     "LoraSettings", "ValueModel", "model_cache_root", "bundled_gguf_path", "resolve_model_source",
     "ensure_gguf_cache", "load_tokenizer", "load_policy", "load_reference", "load_value_model", "apply_lora",
-    "save_model", "load_model_weights", "build_tiny_tokenizer", "tiny_model_config", "build_tiny_policy",
-    "build_tiny_value_model",
+    "save_model", "load_model_weights",
 ]
 
 logger = logging.getLogger(__name__)
@@ -463,52 +458,3 @@ def load_model_weights(model: nn.Module, directory: Union[str, os.PathLike]) -> 
         raise ModelWeightsError(f"{path} lacks {len(missing)} of the model's tensors, e.g. {missing[:3]}")
     model.load_state_dict(state, strict=False)
     return model
-
-
-# ----------------------------------------------------------------------------- tiny models for tests
-
-
-def build_tiny_tokenizer():
-    """A byte-level tokenizer (3 ChatML specials + 256 bytes, no merges) with SmolLM2's chat template.
-
-    Ids follow SmolLM2: 0 <|endoftext|> (unk), 1 <|im_start|> (bos), 2 <|im_end|> (eos and pad).
-    Any text round-trips; it is built in memory, so tests need no files and no network.
-    """
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
-    vocab = {token: index for index, token in enumerate(specials + alphabet)}
-    backend = Tokenizer(tokenizer_models.BPE(vocab=vocab, merges=[]))
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    backend.decoder = decoders.ByteLevel()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token=specials[0], bos_token=specials[1],
-                                        eos_token=specials[2], pad_token=specials[2])
-    tokenizer.add_special_tokens({"additional_special_tokens": specials})  # never split or merged
-    tokenizer.chat_template = SMOLLM2_CHAT_TEMPLATE
-    tokenizer.padding_side = "left"
-    return tokenizer
-
-
-def tiny_model_config(tokenizer=None, vocab_size: int = 259, hidden_size: int = 32, num_layers: int = 2,
-                      num_heads: int = 4, num_kv_heads: int = 2, intermediate_size: int = 64,
-                      max_positions: int = 1024) -> LlamaConfig:
-    """A SmolLM2-shaped (Llama, tied embeddings, grouped KV heads) config; vocab and ids from ``tokenizer`` if given."""
-    bos, eos, pad = (tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id) if tokenizer else (1, 2, 2)
-    return LlamaConfig(vocab_size=len(tokenizer) if tokenizer else vocab_size, hidden_size=hidden_size,
-                       intermediate_size=intermediate_size, num_hidden_layers=num_layers, num_attention_heads=num_heads,
-                       num_key_value_heads=num_kv_heads, max_position_embeddings=max_positions,
-                       tie_word_embeddings=True, bos_token_id=bos, eos_token_id=eos, pad_token_id=pad)
-
-
-def build_tiny_policy(seed: int = 0, config: Optional[LlamaConfig] = None, tokenizer=None) -> LlamaForCausalLM:
-    """A tiny LlamaForCausalLM whose random weights depend only on ``seed`` (global RNG untouched)."""
-    return _seeded(seed, lambda: LlamaForCausalLM(config or tiny_model_config(tokenizer)))
-
-
-def build_tiny_value_model(seed: int = 0, config: Optional[LlamaConfig] = None, tokenizer=None) -> ValueModel:
-    return _seeded(seed, lambda: ValueModel(LlamaModel(config or tiny_model_config(tokenizer))))
-
-
-def _seeded(seed: int, build):
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return build().eval()

@@ -2,7 +2,7 @@
 
     python scripts/make_webshop_catalog.py [--out DIR] [--seed 0]
 
-Deterministic: the same seed writes the same bytes (tests/test_webshop.py checks the shipped
+Deterministic: the same seed writes the same bytes (tests/envs/test_webshop.py checks the shipped
 files against a fresh run). 8 categories x 3 product types x 17 products; each product has a
 brand, 3-4 attributes from its type's pool, 2 option groups, a price; title, description and
 bullet points are written from those. Goals follow WebShop's synthetic ones: an instruction

@@ -10,7 +10,7 @@ import os
 import pytest
 import torch
 
-from ragen2.rollout.tiny import tiny_llama, tiny_tokenizer
+from tests.tiny import tiny_llama, tiny_tokenizer
 
 
 @pytest.fixture(autouse=True)

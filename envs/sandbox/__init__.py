@@ -3,7 +3,7 @@
     result = run_python("print(int(input()) * 2)", stdin="21\n")
     result.verdict, result.stdout          # ("ok", "42\n")
 
-In force for every run (each point is checked by tests/test_sandbox.py; the threat model,
+In force for every run (each point is checked by tests/envs/test_sandbox.py; the threat model,
 and what holds on which kind of host, are in docs/sandbox.md):
 - new PID, network, mount, IPC, UTS and cgroup namespaces: it sees only its own processes,
   has no network (not even loopback), and when it exits our reaper (the namespace's init)

@@ -1,4 +1,4 @@
-"""The audit's verdicts, as explicit rules (tested with hand-built numbers in tests/test_audit.py),
+"""The audit's verdicts, as explicit rules (tested with hand-built numbers in tests/ragen2/reports/test_audit.py),
 and the settings of a model audit, whose advice they give (`--groups`, `--max-new-tokens`, …).
 
 Two verdicts:

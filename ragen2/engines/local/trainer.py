@@ -1,6 +1,7 @@
 """The training loop of the local engine: StarPO rollouts → SNR filter → PPO/GRPO update.
 
-`train_step` is DESIGN's "data flow of one training step", one call per line; `train` wraps
+`train_step` is the data flow of one training step (rollout, probe, filter, old/ref log-probs and
+values, advantages, update), one call per line; `train` wraps
 it with seeding, validation, checkpoints and logging.
 """
 

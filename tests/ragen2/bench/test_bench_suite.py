@@ -1,0 +1,246 @@
+"""Bench suites: matrix expansion (hand-counted cells and their overrides), up-front validation,
+and the suite-level `validate_before` on real tiny cells."""
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ragen2.bench.suite import SuiteError, expand, load_suite
+from ragen2.cli import main
+from ragen2.config import load_config
+
+ROOT = Path(__file__).resolve().parents[3]
+
+SUITE = {
+    "name": "t",
+    "seeds": [0, 1],
+    "overrides": ["trainer.total_steps=2", "rollout.num_groups=3"],
+    "matrices": [
+        {"name": "a", "algos": ["grpo", "ppo"], "filters": ["none", "snr-top-p"], "envs": [None],
+         "overrides": ["rollout.max_new_tokens=16"]},
+        {"name": "b", "algos": ["starpo-s"], "envs": ["bandit"], "seeds": [3],
+         "variants": {"top25": ["filter.value=0.25"], "top50": ["filter.value=0.5"]},
+         "baseline": "starpo-s/top50"},
+    ],
+}
+
+
+def write(tmp_path, data, name="suite.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return str(path)
+
+
+def test_matrix_expands_to_the_hand_counted_cells(tmp_path):
+    suite = load_suite(write(tmp_path, SUITE))
+    cells = expand(suite, tmp_path / "out", ["optim.actor_lr=3e-5"])
+    # a: 2 seeds x 1 env x 2 algos x 2 filters = 8, seed-major; b: 1 seed x 2 variants = 2
+    assert [c.name for c in cells] == [
+        "a--bandit--grpo--none--s0", "a--bandit--grpo--snr-top-p--s0",
+        "a--bandit--ppo--none--s0", "a--bandit--ppo--snr-top-p--s0",
+        "a--bandit--grpo--none--s1", "a--bandit--grpo--snr-top-p--s1",
+        "a--bandit--ppo--none--s1", "a--bandit--ppo--snr-top-p--s1",
+        "b--bandit--starpo-s--starpo-s--top25--s3", "b--bandit--starpo-s--starpo-s--top50--s3",
+    ]
+    first = cells[0]
+    # The overrides in layering order: bench default, suite, matrix, --set, seed, run directory.
+    assert first.overrides == ["trainer.keep_last=1", "trainer.total_steps=2", "rollout.num_groups=3",
+                               "rollout.max_new_tokens=16", "optim.actor_lr=3e-5", "trainer.seed=0",
+                               f"trainer.out={tmp_path / 'out'}/runs", "trainer.run_name=a--bandit--grpo--none--s0"]
+    assert first.run_dir == tmp_path / "out" / "runs" / first.name
+    for cell in cells:  # the recorded presets + overrides rebuild exactly the config the cell runs
+        assert load_config(**cell.presets, overrides=cell.overrides).to_yaml() == cell.config.to_yaml()
+    cfg = first.config
+    assert (cfg.trainer.total_steps, cfg.rollout.num_groups, cfg.rollout.max_new_tokens, cfg.optim.actor_lr,
+            cfg.trainer.keep_last) == (2, 3, 16, 3e-5, 1)
+    assert cfg.env.overrides == {"require_think": False}  # null env = base.yaml's answer-only bandit
+    ppo_filtered = cells[3].config
+    assert ppo_filtered.algo.advantage == "gae" and ppo_filtered.filter.strategy == "top_p"
+    assert ppo_filtered.filter.value == 0.9 and ppo_filtered.trainer.seed == 0
+    assert cells[5].config.trainer.seed == 1 and cells[5].config.algo.name == "grpo"
+    top25, top50 = cells[8].config, cells[9].config
+    # Matrix b: the env preset (think mode), no matrix-a override, the variant on top of the algo's filter.
+    assert top25.env.overrides == {} and top25.rollout.max_new_tokens == 96
+    assert (top25.filter.strategy, top25.filter.metric, top25.filter.value) == ("top_k", "reward_std", 0.25)
+    assert top50.filter.value == 0.5 and top50.trainer.seed == 3 and top50.rollout.num_groups == 3
+    assert [c.treatment for c in cells[:2]] == ["none", "snr-top-p"]
+    assert [c.treatment for c in cells[8:]] == ["starpo-s/top25", "starpo-s/top50"]
+    assert {c.baseline for c in cells[:8]} == {"none"} and cells[8].baseline == "starpo-s/top50"
+    assert [c.row for c in cells[:4]] == ["grpo", "grpo", "ppo", "ppo"]
+
+
+def test_compare_algo_puts_algorithms_in_the_columns(tmp_path):
+    data = {"name": "s", "seeds": [0], "matrices": [
+        {"name": "m", "compare": "algo", "algos": ["starpo", "starpo-s"], "envs": ["bandit", "sokoban"]}]}
+    cells = expand(load_suite(write(tmp_path, data)), tmp_path / "out")
+    assert len(cells) == 4
+    assert [c.treatment for c in cells] == ["starpo", "starpo-s"] * 2
+    assert {c.row for c in cells} == {"all"} and {c.baseline for c in cells} == {"starpo"}
+    assert [c.filter for c in cells[:2]] == ["none", "starpo-s"]  # each algo preset's own filter
+    assert cells[1].config.filter.value == 0.25 and cells[2].config.rollout.max_turns == 5  # sokoban preset
+
+
+def test_scale_config_sets_the_scale_but_not_the_algorithm(tmp_path):
+    scale = tmp_path / "paper.yaml"
+    scale.write_text(yaml.safe_dump({
+        "model": {"name": "org/some-model", "dtype": "bfloat16"}, "rollout": {"group_size": 8, "max_turns": 5},
+        "algo": {"name": "ppo", "advantage": "gae"}, "filter": {"strategy": "top_k"},
+        "optim": {"betas": [0.9, 0.95]}, "trainer": {"total_steps": 200}}))
+    data = {"name": "s", "seeds": [0], "scale_config": str(scale), "overrides": ["trainer.total_steps=7"],
+            "matrices": [{"name": "m", "algos": ["dr-grpo"], "filters": ["none"], "envs": ["countdown"]}]}
+    cfg = expand(load_suite(write(tmp_path, data)), tmp_path / "out")[0].config
+    assert cfg.algo.advantage == "dr_grpo" and cfg.filter.strategy == "none"  # the matrix's presets stay
+    assert (cfg.model.name, cfg.model.dtype, cfg.rollout.group_size, cfg.rollout.max_turns) == (
+        "org/some-model", "bfloat16", 8, 5)
+    assert cfg.optim.betas == (0.9, 0.95)
+    assert cfg.trainer.total_steps == 7  # suite overrides come after the scale config
+
+
+def test_bundled_suites_expand_to_their_documented_sizes():
+    sizes = {"main-table": 96, "starpo-s": 60, "top-p-sweep": 36, "cpu-smoke": 6, "filter-comparison": 9}
+    for name, size in sizes.items():
+        cells = expand(load_suite(name), Path("/tmp/unused"))
+        assert len(cells) == size, name
+    main = expand(load_suite("main-table"), Path("/tmp/unused"))
+    assert {c.config.model.name for c in main} == {"Qwen/Qwen2.5-3B-Instruct"}
+    assert {c.config.algo.name for c in main} == {"ppo", "ragen2-dapo", "ragen2-grpo", "ragen2-dr-grpo"}
+    # RAGEN-2's filter column: top-p 0.9 in softmax mode over the reward std, zero-spread groups kept
+    kept = {(c.config.filter.strategy, c.config.filter.value, c.config.filter.top_p_mode, c.config.filter.metric)
+            for c in main if c.config.filter_preset == "ragen2-main"}
+    assert kept == {("top_p", 0.9, "softmax", "reward_std")}
+    assert all(c.config.algo.kl_coef == 0.0 and c.config.algo.dual_clip == 3.0 for c in main)
+    assert {c.config.env.name for c in main} == {"sokoban", "frozen_lake", "metamathqa", "countdown"}
+    smoke = expand(load_suite("cpu-smoke"), Path("/tmp/unused"))
+    assert {c.config.model.name for c in smoke} == {"bundled"}
+    assert all(c.config.trainer.total_steps <= 4 and c.config.rollout.num_groups * c.config.rollout.group_size <= 16
+               for c in smoke)
+    assert any(c.config.probe.every > 0 and c.config.env.overrides.get("require_think", True) for c in smoke)
+    sweep = expand(load_suite("top-p-sweep"), Path("/tmp/unused"))
+    assert sorted({c.config.filter.value for c in sweep}) == [0.6, 0.8, 0.9, 0.95, 0.98, 1.0]
+    # docs/filter_experiment.md's setting: 3 filters x 3 seeds at one rollout budget, stop rules off
+    suite = load_suite("filter-comparison")
+    experiment = expand(suite, Path("/tmp/unused"))
+    assert suite.validate_before and [(c.filter, c.seed) for c in experiment[:3]] == [
+        ("none", 0), ("starpo-s", 0), ("snr-top-p", 0)]
+    assert {(c.config.trainer.total_steps, c.config.rollout.num_groups, c.config.rollout.group_size,
+             c.config.stop.max_consecutive_skips, c.config.stop.spread_patience) for c in experiment} == {
+        (6, 4, 4, 0, 0)}
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"matrices": [{"name": "a", "algos": ["ppo"], "envs": [None], "filtres": ["none"]}]},
+     "matrices[0]: unknown key(s) ['filtres']"),
+    ({"seedz": [0]}, "unknown key(s) ['seedz']"),
+    ({"matrices": [{"name": "a", "algos": ["ppo2"], "envs": [None]}]}, "unknown algo preset 'ppo2'"),
+    ({"matrices": [{"name": "a", "algos": ["ppo"], "envs": [None], "overrides": ["rollout.top_p=2"]}]},
+     "rollout.top_p must be in (0, 1], got 2.0"),
+    ({"overrides": ["trainer.total_stepz=2"]}, "trainer.total_stepz: unknown key"),
+    ({"matrices": [{"name": "a", "algos": ["ppo"], "envs": [None], "baseline": "snr"}]},
+     "baseline: 'snr' is not one of this matrix's treatments ['none']"),
+    ({"matrices": [{"name": "a", "algos": ["ppo", "ppo"], "envs": [None]}]}, "matrices[0].algos: repeated values"),
+    ({"seeds": [], "matrices": [{"name": "a", "algos": ["ppo"], "envs": [None]}]}, "seeds: must list at least one"),
+    ({"published": "nope"}, "unknown published setting 'nope'"),
+    ({"matrices": [{"name": "a", "algos": ["ppo"], "envs": [None], "compare": "env"}]}, "compare: 'env' is not one"),
+    ({"matrices": [{"name": "a", "algos": ["ppo"], "envs": [None], "variants": {"v": ["oops"]}}]},
+     "variants.v: 'oops' is not KEY=VALUE"),
+    ({"matrices": [{"name": "a", "algos": ["ppo"], "envs": ["atari"]}]}, "unknown env 'atari'; registered envs"),
+    ({"validate_before": "yes"}, "validate_before: expected bool, got str"),
+])
+def test_bad_suites_fail_naming_the_key(tmp_path, change, message):
+    data = {"name": "t", "seeds": [0], "matrices": [{"name": "a", "algos": ["ppo"], "envs": [None]}], **change}
+    with pytest.raises(SuiteError) as error:
+        expand(load_suite(write(tmp_path, data)), tmp_path / "out")
+    assert message in str(error.value)
+
+
+def test_two_cells_with_one_name_are_refused(tmp_path):
+    # A filter given as a path is labelled by its file name: a copy of none.yaml collides with `none`.
+    copy = tmp_path / "none.yaml"
+    copy.write_text((ROOT / "configs/filters/none.yaml").read_text())
+    data = {"name": "t", "seeds": [0], "matrices": [
+        {"name": "a", "algos": ["ppo"], "filters": ["none", str(copy)], "envs": [None]}]}
+    with pytest.raises(SuiteError, match="two cells are both named 'bandit--ppo--none--s0'"):
+        expand(load_suite(write(tmp_path, data)), tmp_path / "out")
+
+
+def test_cli_list_shows_cells_and_a_bad_suite_is_one_line(tmp_path, capsys):
+    path = write(tmp_path, SUITE)
+    assert main(["bench", path, "--out", str(tmp_path / "o"), "--list"]) == 0
+    out = capsys.readouterr().out
+    assert "10 cells" in out and "[new   ] a--bandit--ppo--snr-top-p--s1" in out
+    assert "filter top_p 0.9 by reward_variance" in out
+    assert not (tmp_path / "o").exists()  # listing writes nothing
+    assert main(["bench", "no-such-suite", "--list"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown suite 'no-such-suite'" in err and "cpu-smoke" in err and "Traceback" not in err
+
+
+TINY = ["rollout.num_groups=2", "rollout.group_size=2", "rollout.max_new_tokens=6", "trainer.val_groups=2",
+        "optim.micro_batch_size=2", "optim.mini_batch_size=4", "probe.every=0", "trainer.total_steps=2"]
+
+
+def _tiny_suite(tmp_path, model, **keys) -> str:
+    data = {"name": "t", "seeds": [0], "overrides": TINY, **keys, "matrices": [
+        {"name": "m", "algos": ["grpo"], "filters": ["none"], "envs": [None], "models": [str(model)]}]}
+    return write(tmp_path, data, f"suite-{len(keys)}.yaml")
+
+
+def test_validate_before_measures_the_untrained_model_and_leaves_training_as_it_was(tmp_path, tiny_model_dir,
+                                                                                     monkeypatch):
+    import torch
+
+    from ragen2.engines.local import trainer
+    from ragen2.config import build_config
+    from ragen2.run_dir import read_metrics
+
+    torch.set_num_threads(1)
+    validate, seen = trainer.validate, []  # (step, sum of the policy's weights) at every validation
+
+    def weights(model) -> float:
+        return float(sum(p.detach().double().sum() for p in model.parameters()))
+
+    def spy(run):
+        seen.append((run.step, weights(run.models.policy)))
+        return validate(run)
+
+    monkeypatch.setattr(trainer, "validate", spy)
+    cells = {}
+    for before_first in (False, True):
+        seen.clear()
+        out = tmp_path / f"bench-{before_first}"
+        suite = _tiny_suite(tmp_path, tiny_model_dir, **({"validate_before": True} if before_first else {}))
+        assert main(["bench", suite, "--out", str(out), "--in-process", "--plain", "--no-plots"]) == 0
+        cells[before_first] = out / "runs" / "bandit--grpo--none--s0"
+    assert not (cells[False] / "bench_val_before.json").exists()
+    before = json.loads((cells[True] / "bench_val_before.json").read_text())
+
+    # the first validation ran before any update, on the weights a fresh set-up of the config has
+    cfg = build_config(yaml.safe_load((cells[True] / "config.yaml").read_text()))
+    fresh_run = trainer.setup(cfg, tmp_path / "fresh", quiet=True)
+    fresh = weights(fresh_run.models.policy)
+    assert seen[0] == (0, fresh) and len(seen) == 2 and seen[1][1] != fresh  # then the final one, trained
+    untimed = lambda metrics: {k: v for k, v in metrics.items() if not k.startswith("time/")}  # noqa: E731
+    assert untimed(before) == untimed(validate(fresh_run)) and before["val/num_groups"] == 2
+
+    # validating first moved no random stream: both cells trained alike, step for step
+    def trained(run_dir):
+        return [{k: v for k, v in row.items() if not k.startswith(("time/", "throughput/"))}
+                for row in read_metrics(run_dir)]
+    assert len(trained(cells[True])) == 2 and trained(cells[True]) == trained(cells[False])
+
+    out = cells[True].parents[1]
+    row = next(csv.DictReader((out / "results.csv").open()))
+    assert float(row["val_success_before"]) == before["val/success_rate"]
+    assert float(row["update_s"]) > 0 and float(row["rollout_s"]) > 0
+    assert "| val before |" in (out / "report.md").read_text()
+    assert json.loads((out / "bench.json").read_text())["validate_before"] is True
+
+
+def test_validate_before_is_refused_with_the_openrlhf_engine(tmp_path, capsys):
+    suite = _tiny_suite(tmp_path, "bundled", validate_before=True)
+    assert main(["bench", suite, "--out", str(tmp_path / "o"), "--engine", "openrlhf"]) == 2
+    assert "validate_before runs on the local engine only" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()

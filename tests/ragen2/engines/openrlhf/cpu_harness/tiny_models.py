@@ -1,0 +1,66 @@
+"""Test harness only: the tiny models the end-to-end runs train (saved as HF model directories).
+
+- `random_model`: ragen2's tiny random Llama + ChatML tokenizer. It never closes the answer format,
+  so every reward is the format penalty: no reward spread (the SNR skip path).
+- `bandit_model`: the same architecture (hidden 64) briefly fine-tuned on
+  "<think> the ARM arm </think> <answer>ARM</answer>" replies, either arm at random, after the
+  exact prompt ids ragen2's agent builds for Bandit with `instruction_style="explicit"`
+  (TokenTrajectory, prefill "<think>"). Sampled at
+  T=1 its episodes pick both arms, so groups have reward spread and reasoning spans: the filter
+  keeps groups and the MI probe has pairs to score.
+"""
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import torch
+
+
+def random_model(folder: Path) -> Path:
+    from tests.tiny import tiny_llama, tiny_tokenizer
+
+    tokenizer = tiny_tokenizer("chatml")
+    tiny_llama(tokenizer, seed=0).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def bandit_model(folder: Path, steps: int = 60, seed: int = 0, batch_size: int = 4, lr: float = 5e-3) -> Path:
+    import envs
+    from envs.prompt import first_turn_messages
+    from ragen2.rollout.chat import ChatFormat, TokenTrajectory
+    from tests.tiny import tiny_llama, tiny_tokenizer
+
+    rng = random.Random(seed)
+    tokenizer = tiny_tokenizer("chatml")
+    model = tiny_llama(tokenizer, seed=seed, hidden_size=64, num_layers=2)
+    chat = ChatFormat(tokenizer)
+    examples = []
+    for instance in range(32):
+        env = envs.make("bandit", instruction_style="explicit")  # the committed fixture's prompt
+        observation, _ = env.reset(seed=instance, options={"rollout_index": 0})
+        prompt = TokenTrajectory(chat, list(first_turn_messages(env, observation)), prefill="<think>").input_ids
+        for arm in env.action_vocabulary:
+            reply = tokenizer(f" the {arm} arm </think> <answer>{arm}</answer>", add_special_tokens=False)["input_ids"]
+            examples.append((list(prompt), reply + [tokenizer.eos_token_id]))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    model.train()
+    for _ in range(steps):
+        batch = rng.sample(examples, batch_size)
+        width = max(len(p) + len(r) for p, r in batch)
+        ids = torch.full((len(batch), width), tokenizer.pad_token_id)
+        labels = torch.full((len(batch), width), -100)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for i, (prompt, reply) in enumerate(batch):
+            ids[i, :len(prompt) + len(reply)] = torch.tensor(prompt + reply)
+            labels[i, len(prompt):len(prompt) + len(reply)] = torch.tensor(reply)
+            mask[i, :len(prompt) + len(reply)] = 1
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
