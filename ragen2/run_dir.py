@@ -26,6 +26,7 @@ from pathlib import Path
 
 import yaml
 
+from ragen2 import wandb_log
 from ragen2.instruments import completions as completions_lib
 
 CONFIG_FILE = "config.yaml"
@@ -37,7 +38,7 @@ CHECKPOINTS_DIR = "checkpoints"
 CHECKPOINT_STATE_FILE = "state.json"  # in a checkpoint folder, written last: the checkpoint is complete
 POLICY_DIR, CRITIC_DIR = "policy", "critic"  # a checkpoint's model folders
 TENSORBOARD_DIR = "tensorboard"
-WANDB_RUN_ID_FILE = "wandb_run_id"
+WANDB_RUN_ID_FILE = wandb_log.RUN_ID_FILE
 CURVES_FILE = "curves.png"  # ragen2 plot
 AUDIT_DIR = "audit"  # ragen2 audit RUN_DIR
 EXPORT_DIR = "export"  # ragen2 export
@@ -308,8 +309,6 @@ class RunLog:
         self._started = time.time()
 
     def _start_wandb(self, config_dict: dict):
-        from ragen2 import wandb_log  # it takes its file name from this module
-
         return wandb_log.start(self.run_dir, config_dict, lambda message: self.event("warning", message=message))
 
     def step(self, step: int, metrics: dict, completions: list[dict] = ()) -> None:

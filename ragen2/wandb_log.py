@@ -13,7 +13,9 @@ import os
 import secrets
 from pathlib import Path
 
-from ragen2.run_dir import WANDB_RUN_ID_FILE as RUN_ID_FILE
+# the run directory's file holding the wandb run id, so --resume continues the same run
+# (ragen2.run_dir lists it with the directory's other files)
+RUN_ID_FILE = "wandb_run_id"
 
 
 def _logged_in() -> bool:
