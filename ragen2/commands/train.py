@@ -189,7 +189,11 @@ def run(args) -> int:
     except (ModelSourceError, trainer.ResumeError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    summary = trainer.train(run)
+    try:
+        summary = trainer.train(run)
+    except trainer.RunDirectoryGone as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
     if summary.get("interrupted"):
         return _report_interrupt(summary)
     print_summary(summary)

@@ -54,6 +54,7 @@ class Run:
     interrupts: Interrupts = field(default_factory=Interrupts)
     live: LiveLine = field(default_factory=LiveLine)  # the live progress line (off unless a terminal)
     completions: list = field(default_factory=list)  # this step's recorded trajectories (ragen2.instruments.completions)
+    dir_identity: tuple | None = None  # (device, inode) of run_dir when the run opened it
 
 
 class Timer:
@@ -207,7 +208,30 @@ def _state(run: Run) -> dict:
             "num_threads": torch.get_num_threads()}
 
 
+class RunDirectoryGone(RuntimeError):
+    """The run directory was removed or replaced while the run was writing to it."""
+
+
+def _directory_identity(path: Path) -> tuple | None:
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return (stat.st_dev, stat.st_ino)
+
+
+def check_run_dir(run: Run) -> None:
+    """Stop before writing into a directory that is no longer this run's: one removed (rm -rf
+    of a live run) or replaced by another run of the same name would otherwise get this run's
+    checkpoint mixed into its own."""
+    if run.dir_identity is not None and _directory_identity(run.run_dir) != run.dir_identity:
+        raise RunDirectoryGone(
+            f"run directory {run.run_dir} was removed or replaced while this run was writing to it; "
+            f"stopped after step {run.step} without writing to it again")
+
+
 def save(run: Run) -> None:
+    check_run_dir(run)
     path = ckpt.save_checkpoint(run.run_dir, run.step, run.models, run.optimizers, run.generator,
                                 _state(run), run.cfg.trainer.keep_last,
                                 save_optimizer=run.cfg.trainer.save_optimizer,
@@ -271,6 +295,7 @@ def setup(cfg: Config, run_dir: Path, resume: bool = False, quiet: bool = False,
                  f"{cfg.trainer.num_threads}: steps from here will not repeat an uninterrupted run bit for bit")
     run_dir.mkdir(parents=True, exist_ok=True)
     write_config(run_dir, cfg)
+    run.dir_identity = _directory_identity(run_dir)
     run.log = RunLog(run_dir, cfg.trainer.total_steps, json.loads(cfg.model_dump_json()),
                      resume_step=resume_step, use_wandb=cfg.trainer.wandb,
                      use_tensorboard=cfg.trainer.tensorboard, quiet=quiet,
@@ -288,6 +313,9 @@ def train(run: Run) -> dict:
     run.interrupts.install()
     try:
         return _train_loop(run)
+    except RunDirectoryGone:
+        run.log.close()
+        raise
     finally:
         run.interrupts.restore()
 
@@ -314,6 +342,7 @@ def _train_loop(run: Run) -> dict:
             metrics["time/step_s"] = round(metrics["time/step_s"] + metrics.get("time/validation_s", 0.0), 4)
             last = _watch_validation(run, metrics) or last
         run.live.stop()
+        check_run_dir(run)
         run.log.step(run.step, metrics, run.completions)
         run.step += 1
         if run.interrupts.requested:

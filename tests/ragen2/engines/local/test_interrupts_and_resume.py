@@ -133,6 +133,41 @@ def test_an_interrupt_before_the_first_step_finishes_says_there_is_nothing_to_re
     assert "nothing to resume from" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("replaced", [False, True])
+def test_a_run_whose_directory_is_removed_stops_and_writes_nothing_into_a_new_one(
+        tiny_model_dir, tmp_path, monkeypatch, capsys, replaced):
+    """rm -rf of a live run (and, with `replaced`, a new run of the same name started in its
+    place): the old run must not write its checkpoint or rows into what is now another run's."""
+    import shutil
+
+    run = tmp_path / "r"
+    original = trainer.rollout
+    calls = []
+
+    def remove_during_step_2(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            shutil.rmtree(run)
+            if replaced:
+                run.mkdir()
+                (run / "config.yaml").write_text("another run's\n")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(trainer, "rollout", remove_during_step_2)
+    code = main(["train", "--out", str(tmp_path), "trainer.run_name=r", "trainer.save_every=1",
+                 *_common(tiny_model_dir, 4)])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert f"run directory {run} was removed or replaced" in err and "stopped after step 1" in err
+    assert "Traceback" not in err
+    assert len(calls) == 2  # it stopped at the end of the step it noticed in
+    if replaced:
+        assert sorted(p.name for p in run.iterdir()) == ["config.yaml"]
+        assert (run / "config.yaml").read_text() == "another run's\n"
+    else:
+        assert not run.exists()
+
+
 def test_a_real_sigint_to_a_training_process_checkpoints_and_prints_the_resume_command(
         tiny_model_dir, tmp_path, reference):
     run = tmp_path / "child"
