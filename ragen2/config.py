@@ -185,6 +185,9 @@ class ProbeSection(Section):
     every: int = Field(5, ge=0)  # 0 = off
     num_samples: int = Field(64, ge=2)
     mode: Literal["first_turn", "trajectory"] = "first_turn"
+    # what is scored under the prompts: reasoning (RAGEN-2) = the text between <think> and </think>;
+    # reply = every sampled token of the turn, for answer-only mode or a model that rarely closes </think>
+    segment: Literal["reasoning", "reply"] = "reasoning"
     grad_every: int = Field(0, ge=0)  # gradient decomposition; 0 = off
     grad_buckets: int = Field(6, ge=1)
     # quantile: equal-count buckets by reward std, remainder in the last (RAGEN-2's default);

@@ -34,12 +34,15 @@ def add_parser(subparsers) -> None:
              "max_new_tokens": "tokens per turn (the reasoning must close within them)",
              "temperature": "sampling temperature", "mode": "first_turn: reasoning of turn 1 against every "
              "instance's first prompt; trajectory: any turn against the other contexts",
+             "segment": "what is scored under the prompts: reasoning (between <think> and </think>, RAGEN-2) or "
+             "reply (every token of the turn; a row for every rollout, also in answer-only mode)",
              "num_samples": "most (reasoning, prompt) rows the probe scores", "seed": "seed of instances and sampling"}
     for name, default in asdict(AuditSettings()).items():
         flag = "--" + name.replace("_", "-")
         text = f"{helps[name]} (default {default})"
-        if name == "mode":
-            parser.add_argument(flag, default=default, choices=("first_turn", "trajectory"), help=text)
+        if name in ("mode", "segment"):
+            choices = ("first_turn", "trajectory") if name == "mode" else ("reasoning", "reply")
+            parser.add_argument(flag, default=default, choices=choices, help=text)
         else:
             parser.add_argument(flag, type=type(default), default=default, help=text)
     parser.add_argument("--compare-base", action="store_true",

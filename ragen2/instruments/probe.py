@@ -14,6 +14,12 @@ segments under prompts and log the MI estimates (`probe/...`), timed on their ow
   with at least one), so every trajectory weighs the same whatever its length. Each
   pair is its own column: the prompt is the whole context before that turn's reasoning.
 
+What a row scores (`probe.segment`): `reasoning` (RAGEN-2), the text between `<think>` and
+`</think>`; or `reply`, all the tokens the policy sampled in that turn. A reply segment asks the
+same question of the whole turn (does what the model wrote depend on its input?) and has a row
+for every rollout, so it gives a probe in answer-only mode, or with a model that rarely closes
+`</think>`, where the reasoning segment has next to no rows.
+
 The probe draws its subsample from its own RNG keyed by the step, never from the training
 generator, so turning it on or off does not change the training trajectory. Rows whose scores
 are not finite (a NaN from the model) are dropped and counted (`probe/num_nonfinite_dropped`),
@@ -90,11 +96,17 @@ class Probe:
             return self.trajectory_pairs(batch, step)
         return self.first_turn_pairs(batch, step)
 
+    def segment_spans(self, batch) -> list[tuple[int, int, int, int]]:
+        """(row, turn, start, end) of every segment the probe may score, per `probe.segment`."""
+        if self.cfg.segment == "reply":
+            return reply_spans(batch.turn_index)
+        return batch.reasoning_spans
+
     def first_turn_pairs(self, batch, step: int):
-        """Rows: first-turn reasoning segments; columns: the first prompt + `<think>` of each
-        group that owns a sampled row (RAGEN-2: the groups present among the valid pairs)."""
+        """Rows: first-turn segments; columns: the first prompt (+ `<think>` for reasoning) of
+        each group that owns a sampled row (RAGEN-2: the groups present among the valid pairs)."""
         group_of_row = batch.group_ids.tolist()
-        spans = [(row, start, end) for row, turn, start, end in batch.reasoning_spans if turn == 0 and end > start]
+        spans = [(row, start, end) for row, turn, start, end in self.segment_spans(batch) if turn == 0 and end > start]
         rng = seeding.probe_rng(step)
         if len(spans) > self.cfg.num_samples:
             picked = sorted(rng.choice(len(spans), size=self.cfg.num_samples, replace=False).tolist())
@@ -105,9 +117,11 @@ class Probe:
         for row, group in enumerate(group_of_row):
             if group in owned and group not in prompt_of_group:
                 prompt = batch.input_ids[row, :first_sampled[row]].tolist()
-                # The rollout usually prefills "<think>" already (RAGEN's layout).
+                # A reply is scored after the prompt as sampled. Reasoning follows "<think>", which
+                # the rollout usually prefills already (RAGEN's layout).
                 tail = self.tokenizer.decode(prompt[-8:], skip_special_tokens=False)
-                prompt_of_group[group] = prompt if tail.endswith(THINK_OPEN) else prompt + self.think_ids
+                needs_think = self.cfg.segment == "reasoning" and not tail.endswith(THINK_OPEN)
+                prompt_of_group[group] = prompt + self.think_ids if needs_think else prompt
         groups = sorted(prompt_of_group)
         column = {group: index for index, group in enumerate(groups)}
         reasonings = [batch.input_ids[row, start:end].tolist() for row, start, end in spans]
@@ -118,7 +132,7 @@ class Probe:
         """`num_samples` (trajectory, turn) pairs, P = 1/M * 1/T_m; one column per pair."""
         turns_of: dict[int, list[tuple[int, int, int]]] = {}  # trajectory -> its (row, start, end) by turn
         traj_of_row = batch.traj_index.tolist()
-        for row, turn, start, end in sorted(batch.reasoning_spans, key=lambda s: (traj_of_row[s[0]], s[1])):
+        for row, turn, start, end in sorted(self.segment_spans(batch), key=lambda s: (traj_of_row[s[0]], s[1])):
             if end > start:
                 turns_of.setdefault(traj_of_row[row], []).append((row, start, end))
         trajectories = sorted(turns_of)
@@ -135,6 +149,21 @@ class Probe:
 
     def load_state_dict(self, state: dict) -> None:
         self.ema.load_state_dict(state["ema"])
+
+
+def reply_spans(turn_index: torch.Tensor) -> list[tuple[int, int, int, int]]:
+    """(row, turn, start, end) of each turn's sampled tokens, from a [B, T] `turn_index` (the turn
+    of a sampled token, -1 elsewhere); a sampled EOS belongs to its turn's reply."""
+    spans = []
+    for row, turns in enumerate(turn_index.tolist()):
+        start = None
+        for position, turn in enumerate(turns + [-1]):
+            if start is not None and turn != turns[start]:
+                spans.append((row, turns[start], start, position))
+                start = None
+            if start is None and turn >= 0:
+                start = position
+    return spans
 
 
 def usable_scores(scores):

@@ -112,13 +112,15 @@ def policy_entropy(policy, batch, temperature: float, micro_batch_size: int = 4)
 
 
 def audit_model(policy, tokenizer, env_factory, settings: AuditSettings) -> dict:
-    """Roll out fresh groups, cross-score their reasoning, and return the numbers."""
+    """Roll out fresh groups, cross-score their reasoning (or whole replies), and return the numbers."""
     seeds = audit_seeds(settings.seed, settings.groups)
     config = RolloutConfig(group_size=settings.group_size, max_turns=settings.max_turns,
                            max_new_tokens=settings.max_new_tokens, temperature=settings.temperature)
     batch = rollout(policy, tokenizer, env_factory, seeds, config, torch.Generator().manual_seed(settings.seed))
-    probe = Probe(ProbeSection(every=1, num_samples=max(2, settings.num_samples), mode=settings.mode), tokenizer)
+    probe = Probe(ProbeSection(every=1, num_samples=max(2, settings.num_samples), mode=settings.mode,
+                               segment=settings.segment), tokenizer)
     numbers = {key.split("/", 1)[1]: value for key, value in probe.measure(policy, batch, settings.seed).items()}
+    numbers["segment"] = settings.segment
     rollout_metrics = batch.metrics()
     numbers.update(policy_entropy=policy_entropy(policy, batch, settings.temperature),
                    success_rate=rollout_metrics["rollout/success_rate"],

@@ -353,7 +353,8 @@ def render_html(summary: dict, images: dict[str, bytes]) -> str:
              f"<h1>Collapse audit: <code>{html.escape(summary['run_dir'])}</code></h1>",
              f"<p>{summary['steps']} steps · env <b>{_fmt(cfg['env'])}</b> · algo <b>{_fmt(cfg['algo'])}</b> · "
              f"filter <b>{_fmt(cfg['filter'])}</b> · model <b>{_fmt(cfg['model'])}</b> · probe mode "
-             f"<b>{_fmt(cfg['probe'].get('mode'))}</b>, every {_fmt(cfg['probe'].get('every'))} steps</p>",
+             f"<b>{_fmt(cfg['probe'].get('mode'))}</b> over <b>{_fmt(cfg['probe'].get('segment', 'reasoning'))}</b> "
+             f"segments, every {_fmt(cfg['probe'].get('every'))} steps</p>",
              f"<h2>Verdict: {html.escape(summary['verdict']['label'])}</h2><ul>"
              + "".join(f"<li>{html.escape(line)}</li>" for line in summary["verdict"]["lines"]) + "</ul>",
              "<p class='note'>Steps are counted from 1, as on the training console (metrics.jsonl's "

@@ -12,6 +12,9 @@ mostly writes the format: with fewer, the verdict is "inconclusive" and says wha
 A clear positive finding (retrieval well above chance) needs only enough rows, since it can
 only come from reasoning that does depend on its prompt.
 
+A probe over whole replies (`probe.segment=reply`, `--segment reply`) has a row for every
+rollout, so the format rate does not select its sample; the sentences then say "replies".
+
 Steps in every sentence here are 1-based (the console's "step 1/6"), i.e. metrics.jsonl's
 0-based `step` field + 1.
 """
@@ -24,7 +27,7 @@ from dataclasses import dataclass
 RETRIEVAL_Z_CLEAR = 2.0  # retrieval above chance by this many binomial std errors: input-dependent
 RETRIEVAL_Z_WEAK = 1.0
 ENTROPY_FLOOR = 0.3  # nats/token: below it the sampled text is close to deterministic
-MIN_ROWS = 16  # reasoning segments the probe scored; below this no verdict at all
+MIN_ROWS = 16  # segments (reasoning or replies) the probe scored; below this no verdict at all
 MIN_PROMPTS = 4  # distinct prompts (chance level 1/N); with 2-3 a lucky guess is likely
 MIN_FORMAT_OK = 0.5  # share of well-formed turns needed before the reasoning is called blind
 MIN_PROBES = 3  # logged probes a run needs before its trend means anything
@@ -45,6 +48,7 @@ class AuditSettings:
     max_new_tokens: int = 96
     temperature: float = 1.0
     mode: str = "first_turn"
+    segment: str = "reasoning"
     num_samples: int = 64
     seed: int = 0
 
@@ -77,11 +81,17 @@ def model_verdict(numbers: dict) -> tuple[str, str]:
     rows = int(_get(numbers, "num_rows", 0))
     prompts = int(_get(numbers, "num_distinct_prompts", 0))
     format_ok = _get(numbers, "format_ok_fraction")
+    replies = numbers.get("segment") == "reply"
+    noun, subject = ("replies", "the reply") if replies else ("reasoning segments", "the reasoning")
     if numbers.get("skipped_too_few_groups") or rows < MIN_ROWS or prompts < MIN_PROMPTS:
-        why = "the model rarely closed a <think>…</think> block" if rows < MIN_ROWS else "too few distinct prompts"
-        return ("inconclusive", f"only {rows} reasoning segments over {prompts} prompts (a verdict needs at least "
-                                f"{MIN_ROWS} over {MIN_PROMPTS}): {why}. To get one: {ROWS_ADVICE}; "
-                                f"{FORMAT_ADVICE}; use a think-mode env (e.g. --env bandit, not require_think=false)")
+        if replies:
+            why, advice = ("too few rollouts" if rows < MIN_ROWS else "too few distinct prompts"), ROWS_ADVICE
+        else:
+            why = "the model rarely closed a <think>…</think> block" if rows < MIN_ROWS else "too few distinct prompts"
+            advice = (f"{ROWS_ADVICE}; {FORMAT_ADVICE}; use a think-mode env (e.g. --env bandit, not "
+                      f"require_think=false), or probe whole replies (--segment reply)")
+        return ("inconclusive", f"only {rows} {noun} over {prompts} prompts (a verdict needs at least "
+                                f"{MIN_ROWS} over {MIN_PROMPTS}): {why}. To get one: {advice}")
     accuracy, chance = _get(numbers, "retrieval_accuracy@1"), _get(numbers, "retrieval_chance_level@1")
     z = retrieval_zscore(accuracy, chance, rows)
     entropy, mi = _get(numbers, "policy_entropy"), _get(numbers, "mi_estimate")
@@ -89,15 +99,16 @@ def model_verdict(numbers: dict) -> tuple[str, str]:
              f"{prompts} prompts), MI {mi:.4f} nats, MI z-score {_get(numbers, 'mi_zscore'):.3f}, "
              f"policy entropy {entropy:.3f} nats/token, format ok {format_ok:.2f}")
     if z >= RETRIEVAL_Z_CLEAR and mi > 0:
-        return "input-dependent", f"the reasoning identifies its own prompt well above chance: {facts}"
-    if not format_ok >= MIN_FORMAT_OK:  # NaN too: unknown format rate is no basis for a negative claim
+        return "input-dependent", f"{subject} identifies its own prompt well above chance: {facts}"
+    # Reasoning rows exist only where the format held; every reply is a row, whatever the format.
+    if not replies and not format_ok >= MIN_FORMAT_OK:  # NaN too: unknown format rate is no basis for a negative claim
         return ("inconclusive", f"only {format_ok:.2f} of turns were well-formed (a negative verdict needs "
                                 f"{MIN_FORMAT_OK:.2f}): the scored reasoning is a small, selected sample. "
                                 f"{FORMAT_ADVICE}. Numbers: {facts}")
     if z >= RETRIEVAL_Z_WEAK and mi > 0:
         return "weak input dependence", f"above chance, but not clearly ({ROWS_ADVICE}): {facts}"
     if entropy >= ENTROPY_FLOOR:
-        return "template collapse suspected", f"the reasoning varies but does not identify its input: {facts}"
+        return "template collapse suspected", f"{subject} varies but does not identify its input: {facts}"
     return "low diversity", f"near-deterministic output that does not identify its input: {facts}"
 
 
@@ -131,6 +142,8 @@ def run_verdict(summary: dict) -> tuple[str, list[str]]:
     The key numbers (format, reward spread, success, probes) come first either way.
     """
     series, stats = summary.get("series", {}), summary.get("run_stats", {})
+    replies = (summary.get("config", {}).get("probe") or {}).get("segment") == "reply"
+    noun = "replies" if replies else "reasoning segments"
     lines, problems = [], []
     fmt, spread, success = (_last(series, k) for k in ("rollout/format_ok_fraction",
                                                       "rollout/in_group_reward_std_mean", "rollout/success_rate"))
@@ -144,7 +157,7 @@ def run_verdict(summary: dict) -> tuple[str, list[str]]:
     if stats.get("skipped_steps"):
         numbers.append(f"{stats['skipped_steps']} skipped step(s)")
     probes, rows_max = int(stats.get("probes", 0)), stats.get("probe_rows_max")
-    numbers.append(f"{probes} probe(s)" + (f", at most {int(rows_max)} reasoning rows each" if rows_max else ""))
+    numbers.append(f"{probes} probe(s)" + (f" of {noun}, at most {int(rows_max)} rows each" if rows_max else ""))
     lines.append("; ".join(numbers))
     if (spread is not None and spread["max"] <= NO_SPREAD) or (stats.get("skipped_steps") and
                                                                stats["skipped_steps"] == summary.get("steps")):
@@ -153,9 +166,14 @@ def run_verdict(summary: dict) -> tuple[str, list[str]]:
                         "rollout.temperature, or pick an env/mode the model can sometimes solve")
     if probes == 0 or not rows_max or rows_max < MIN_ROWS:
         got = "the probe never ran (set probe.every=1)" if probes == 0 else (
-            f"the probe scored at most {int(rows_max or 0)} reasoning segments (needs {MIN_ROWS})")
-        problems.append(f"no reasoning to probe: {got}. Train in think mode (e.g. --env bandit; the CPU default is "
-                        f"answer-only), give the reasoning room (rollout.max_new_tokens), and probe every step")
+            f"the probe scored at most {int(rows_max or 0)} {noun} (needs {MIN_ROWS})")
+        if replies:
+            problems.append(f"too few replies to probe: {got}. Roll out more groups per step (rollout.num_groups, "
+                            f"rollout.group_size) and probe every step")
+        else:
+            problems.append(f"no reasoning to probe: {got}. Train in think mode (e.g. --env bandit; the CPU default "
+                            f"is answer-only), give the reasoning room (rollout.max_new_tokens), and probe every "
+                            f"step; or probe whole replies (probe.segment=reply), which have a row per rollout")
     if problems:
         return "inconclusive", lines + problems
     alerts = [a for a in summary.get("alerts", []) if a.get("kind") == "template_collapse"]

@@ -6,7 +6,8 @@ OpenRLHF's DeepSpeed workers, whose `forward(sequences, action_mask, attention_m
 the log-prob of every action token. So:
 
 1. `probe_batch` lays a step's samples out as the RolloutBatch fields the probe reads
-   (right-padded ids, the sampled-token mask, group ids, reasoning spans per turn);
+   (right-padded ids, the sampled-token mask and turn of each sampled token, group ids, reasoning
+   spans per turn);
 2. `Probe.pairs` picks the pairs, exactly as in the local engine (both modes, same RNG);
 3. `cross_score_with_forward` builds every [prompt_j | reasoning_i] sequence, marks the
    reasoning tokens as actions, and calls the forward in micro-batches; L_sum[i, j] is the sum
@@ -37,6 +38,7 @@ class ProbeBatch:
     group_ids: torch.Tensor  # [B]
     traj_index: torch.Tensor  # [B]
     reasoning_spans: list[tuple[int, int, int, int]]  # (row, turn, start, end)
+    turn_index: torch.Tensor  # [B, T] long: the turn of a sampled token, -1 elsewhere (reply segments)
 
 
 def _spans(mask: list[bool]) -> list[tuple[int, int]]:
@@ -54,27 +56,32 @@ def probe_batch(samples: list, group_size: int, tokenizer, prefill: str, pad_id:
     """One row per sample. OpenRLHF's action_mask[t] marks token t+1 as sampled; left padding
     (attention_mask 0) is dropped so that every row starts with its prompt."""
     chat = ChatFormat(tokenizer)
-    rows, masks, spans = [], [], []
+    rows, masks, turns, spans = [], [], [], []
     for row, sample in enumerate(samples):
         ids = sample.sequences.reshape(-1).tolist()
         attention = sample.attention_mask.reshape(-1).bool().tolist()
         sampled = [False] + [bool(v) for v in sample.action_mask.reshape(-1).tolist()]
         keep = [i for i, on in enumerate(attention) if on]
         ids, sampled = [ids[i] for i in keep], [sampled[i] for i in keep]
+        turn_of = [-1] * len(ids)
         for turn, (start, end) in enumerate(_spans(sampled)):
+            turn_of[start:end] = [turn] * (end - start)
             found = reasoning_span(chat, ids[start:end], prefill)
             if found is not None:
                 spans.append((row, turn, start + found[0], start + found[1]))
         rows.append(ids)
         masks.append(sampled)
+        turns.append(turn_of)
     width = max(len(r) for r in rows)
     input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     response_mask = torch.zeros((len(rows), width), dtype=torch.bool)
-    for i, (ids, sampled) in enumerate(zip(rows, masks)):
+    turn_index = torch.full((len(rows), width), -1, dtype=torch.long)
+    for i, (ids, sampled, turn_of) in enumerate(zip(rows, masks, turns)):
         input_ids[i, :len(ids)] = torch.tensor(ids, dtype=torch.long)
         response_mask[i, :len(ids)] = torch.tensor(sampled, dtype=torch.bool)
+        turn_index[i, :len(ids)] = torch.tensor(turn_of, dtype=torch.long)
     n = len(rows)
-    return ProbeBatch(input_ids, response_mask, torch.arange(n) // group_size, torch.arange(n), spans)
+    return ProbeBatch(input_ids, response_mask, torch.arange(n) // group_size, torch.arange(n), spans, turn_index)
 
 
 def pair_tensors(prompt: list[int], reasoning: list[int], width: int, pad_id: int):

@@ -185,7 +185,7 @@ def test_audit_report_numbers_html_and_json(fixture_run, tmp_path, capsys):
     printed = capsys.readouterr().out
     # the console gives the verdict and its key numbers, steps 1-based (logged step 6 = step 7)
     assert "verdict: template collapse" in printed and "2 alert(s)" in printed
-    assert "format ok 0.50 -> 0.94" in printed and "8 probe(s), at most 32 reasoning rows each" in printed
+    assert "format ok 0.50 -> 0.94" in printed and "8 probe(s) of reasoning segments, at most 32 rows each" in printed
     assert "template-collapse alert at step 7" in printed and "step 3: spike" in printed
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary) == {"run_dir", "steps", "config", "target", "series", "spearman", "alerts",
@@ -357,14 +357,14 @@ def test_compare_with_base_lists_the_differences():
 # --- the run verdict, from hand-built summaries ---------------------------------------------------
 
 
-def _summary(steps=6, probes=6, rows=32.0, std_max=0.4, skipped=0, alerts=()):
+def _summary(steps=6, probes=6, rows=32.0, std_max=0.4, skipped=0, alerts=(), segment=None):
     series = {"rollout/format_ok_fraction": {"n": steps, "first": 0.2, "last": 0.9, "max": 0.9},
               "rollout/in_group_reward_std_mean": {"n": steps, "first": 0.1, "last": 0.3, "max": std_max},
               "rollout/success_rate": {"n": steps, "first": 0.0, "last": 0.5, "max": 0.5},
               "probe/mi_zscore_ema": {"n": probes, "first": 0.3, "last": 1.2, "max": 1.2},
               "probe/retrieval_accuracy@1": {"n": probes, "first": 0.5, "last": 0.75, "max": 0.75},
               "probe/retrieval_chance_level@1": {"n": probes, "first": 0.25, "last": 0.25, "max": 0.25}}
-    return {"steps": steps, "series": series, "alerts": list(alerts),
+    return {"steps": steps, "series": series, "alerts": list(alerts), "config": {"probe": {"segment": segment}},
             "run_stats": {"probes": probes, "probe_rows_max": rows if probes else None, "skipped_steps": skipped}}
 
 
@@ -372,7 +372,7 @@ def test_run_verdict_rules():
     label, lines = audit.run_verdict(_summary())
     assert label == "no collapse detected"
     assert lines == ["6 steps; format ok 0.20 -> 0.90; success 0.00 -> 0.50; in-group reward std max 0.400; "
-                     "6 probe(s), at most 32 reasoning rows each",
+                     "6 probe(s) of reasoning segments, at most 32 rows each",
                      "MI-ZScore-EMA 0.30 -> 1.20, retrieval@1 last 0.75 vs chance 0.25"]
     label, lines = audit.run_verdict(_summary(std_max=0.0))
     assert label == "inconclusive" and lines[1].startswith("no reward spread: every group's rollouts scored the same")
@@ -389,3 +389,24 @@ def test_run_verdict_rules():
     alert = {"kind": "template_collapse", "step": 4, "message": "MI-ZScore-EMA fell"}
     label, lines = audit.run_verdict(_summary(alerts=[alert, {"kind": "grad_norm_spike", "step": 1, "message": ""}]))
     assert label == "template collapse" and lines[1:] == ["template-collapse alert at step 5: MI-ZScore-EMA fell"]
+    label, lines = audit.run_verdict(_summary(rows=4.0))  # reasoning: the advice names the reply segment
+    assert "or probe whole replies (probe.segment=reply)" in lines[1]
+
+
+def test_run_verdict_over_replies_names_them_and_asks_for_rollouts_not_the_format():
+    label, lines = audit.run_verdict(_summary(segment="reply"))
+    assert label == "no collapse detected" and "6 probe(s) of replies, at most 32 rows each" in lines[0]
+    label, lines = audit.run_verdict(_summary(segment="reply", rows=8.0))
+    assert label == "inconclusive" and lines[1] == (
+        "too few replies to probe: the probe scored at most 8 replies (needs 16). Roll out more groups per step "
+        "(rollout.num_groups, rollout.group_size) and probe every step")
+
+
+def test_model_verdict_over_replies_is_not_gated_by_the_format_rate():
+    base = {"num_rows": 32, "num_distinct_prompts": 8, "retrieval_chance_level@1": 0.125, "mi_estimate": 0.3,
+            "mi_zscore": 0.5, "policy_entropy": 1.0, "format_ok_fraction": 0.1, "retrieval_accuracy@1": 0.125}
+    assert audit.verdict(base)[0] == "inconclusive"  # reasoning rows from 10% well-formed turns: a selected sample
+    label, why = audit.verdict({**base, "segment": "reply"})  # every reply is a row: the claim can be made
+    assert label == "template collapse suspected" and why.startswith("the reply varies but does not identify")
+    label, why = audit.verdict({**base, "segment": "reply", "num_rows": 10})
+    assert label == "inconclusive" and "only 10 replies over 8 prompts" in why and "too few rollouts" in why

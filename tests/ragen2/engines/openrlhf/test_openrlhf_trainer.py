@@ -265,6 +265,11 @@ def test_probe_metrics_from_agent_episodes_match_the_local_probe(actor_and_model
     expected = mi_probe.mi_metrics_both(scores.L, scores.L_sum, scores.owner, column_ids=scores.column_ids)
     for key, value in expected.items():  # float32 scores; the z-scores divide by a small std: rel 1e-4
         assert ours[f"probe/{key}"] == pytest.approx(value, rel=1e-4, abs=1e-5), key
+    # the reply segment: each episode's first reply, whole, after the prompt as sampled
+    batch = probe_batch(episodes, 2, tok, "<think>", probe.pad_id)
+    _, replies, owners = Probe(ProbeSection(every=1, num_samples=8, segment="reply"), tok).pairs(batch, 0)
+    assert owners == [0, 0, 1, 1]
+    assert [tok.decode(z, skip_special_tokens=True) for z in replies] == [REPLIES[0][0]] * 4
 
 
 def test_the_actor_group_forward_pads_micro_batches_to_every_rank_and_keeps_order(monkeypatch, trainer):
