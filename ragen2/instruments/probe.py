@@ -35,7 +35,6 @@ from __future__ import annotations
 import math
 import time
 
-import numpy as np
 import torch
 
 import mi_probe
