@@ -153,6 +153,37 @@ class CompletionsLog:
             self._file.close()
 
 
+class RunDirectoryGone(RuntimeError):
+    """The run directory was removed or replaced while a run was writing to it."""
+
+
+def _directory_identity(path: Path) -> tuple | None:
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return (stat.st_dev, stat.st_ino)
+
+
+class DirectoryGuard:
+    """A run's hold on its directory: (device, inode) when the run opened it. Both engines check
+    it before each write, so a run whose directory was removed (rm -rf of a live run) or replaced
+    by another run of the same name stops instead of mixing its rows, checkpoint or summary into
+    the new one's."""
+
+    def __init__(self, run_dir: Path):
+        self.run_dir = Path(run_dir)
+        self.identity = _directory_identity(self.run_dir)
+
+    def check(self, step: int) -> None:
+        """Raise RunDirectoryGone if the directory is no longer the one opened; `step` is the
+        number of completed steps, for the message."""
+        if self.identity is not None and _directory_identity(self.run_dir) != self.identity:
+            raise RunDirectoryGone(
+                f"run directory {self.run_dir} was removed or replaced while this run was writing to it; "
+                f"stopped after step {step} without writing to it again")
+
+
 def write_config(run_dir: Path, cfg) -> None:
     (Path(run_dir) / CONFIG_FILE).write_text(cfg.to_yaml())
 

@@ -17,7 +17,7 @@ import yaml
 from ragen2.commands import COMMANDS
 from ragen2.config import ConfigError, _merge, _parse_override, build_config, load_config, upgrade_saved
 from ragen2.engines.openrlhf import launch as openrlhf_launch
-from ragen2.run_dir import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, has_run
+from ragen2.run_dir import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, RunDirectoryGone, has_run
 
 GROUP_KEYS = ("env", "algo", "filter")  # `env=frozen_lake` picks a preset; `env.name=…` sets a key
 
@@ -191,7 +191,7 @@ def run(args) -> int:
         return 2
     try:
         summary = trainer.train(run)
-    except trainer.RunDirectoryGone as error:
+    except RunDirectoryGone as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     if summary.get("interrupted"):

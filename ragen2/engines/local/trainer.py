@@ -32,7 +32,8 @@ from ragen2.engines.local.interrupts import Interrupts, StepAbandoned, restore_r
 from ragen2.progress import LiveLine
 from ragen2.rollout import RolloutBatch, evaluate, rollout
 from ragen2.rollout.batch import adjusted_rows, ragen_size_divisor
-from ragen2.run_dir import RunLog, checkpoint_name, read_steps, write_config, write_summary
+from ragen2.run_dir import (DirectoryGuard, RunDirectoryGone, RunLog, checkpoint_name, read_steps,
+                            write_config, write_summary)
 from ragen2.run_dir import summary as run_summary
 from ragen2.seeding import step_seeds, validation_sampling_seed, validation_seeds
 
@@ -54,7 +55,7 @@ class Run:
     interrupts: Interrupts = field(default_factory=Interrupts)
     live: LiveLine = field(default_factory=LiveLine)  # the live progress line (off unless a terminal)
     completions: list = field(default_factory=list)  # this step's recorded trajectories (ragen2.instruments.completions)
-    dir_identity: tuple | None = None  # (device, inode) of run_dir when the run opened it
+    dir_guard: DirectoryGuard | None = None  # stops the run if run_dir is removed or replaced under it
 
 
 class Timer:
@@ -208,26 +209,10 @@ def _state(run: Run) -> dict:
             "num_threads": torch.get_num_threads()}
 
 
-class RunDirectoryGone(RuntimeError):
-    """The run directory was removed or replaced while the run was writing to it."""
-
-
-def _directory_identity(path: Path) -> tuple | None:
-    try:
-        stat = path.stat()
-    except OSError:
-        return None
-    return (stat.st_dev, stat.st_ino)
-
-
 def check_run_dir(run: Run) -> None:
-    """Stop before writing into a directory that is no longer this run's: one removed (rm -rf
-    of a live run) or replaced by another run of the same name would otherwise get this run's
-    checkpoint mixed into its own."""
-    if run.dir_identity is not None and _directory_identity(run.run_dir) != run.dir_identity:
-        raise RunDirectoryGone(
-            f"run directory {run.run_dir} was removed or replaced while this run was writing to it; "
-            f"stopped after step {run.step} without writing to it again")
+    """Stop before writing into a directory that is no longer this run's (run_dir.DirectoryGuard)."""
+    if run.dir_guard is not None:
+        run.dir_guard.check(run.step)
 
 
 def save(run: Run) -> None:
@@ -295,7 +280,7 @@ def setup(cfg: Config, run_dir: Path, resume: bool = False, quiet: bool = False,
                  f"{cfg.trainer.num_threads}: steps from here will not repeat an uninterrupted run bit for bit")
     run_dir.mkdir(parents=True, exist_ok=True)
     write_config(run_dir, cfg)
-    run.dir_identity = _directory_identity(run_dir)
+    run.dir_guard = DirectoryGuard(run_dir)
     run.log = RunLog(run_dir, cfg.trainer.total_steps, json.loads(cfg.model_dump_json()),
                      resume_step=resume_step, use_wandb=cfg.trainer.wandb,
                      use_tensorboard=cfg.trainer.tensorboard, quiet=quiet,

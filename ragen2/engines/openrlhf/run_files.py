@@ -19,7 +19,7 @@ import math
 import time
 from pathlib import Path
 
-from ragen2.run_dir import CompletionsLog, MetricsFile, steps_of, summary, write_summary
+from ragen2.run_dir import CompletionsLog, DirectoryGuard, MetricsFile, steps_of, summary, write_summary
 
 
 def numeric(logs: dict | None) -> dict[str, float]:
@@ -48,6 +48,8 @@ class RunFiles:
     def __init__(self, run_dir: str | Path):
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        # checked before each write: a removed or replaced directory stops the run (RunDirectoryGone)
+        self.guard = DirectoryGuard(self.run_dir)
         self.started = time.time()
         self.rows: list[dict] = []  # this session's rows, for the summary
         self.metrics = MetricsFile(self.run_dir)  # appends: the engine does not resume runs
@@ -58,18 +60,22 @@ class RunFiles:
         self.metrics.write(row)
 
     def log_step(self, step: int, logs: dict | None) -> None:
+        self.guard.check(step)
         self._append({"step": step, **numeric(logs)})
 
     def log_completions(self, step: int, records: list[dict]) -> None:
+        self.guard.check(step)
         self.completions.write(step, records)
 
     def log_eval(self, step: int, eval_logs: dict | None) -> None:
+        self.guard.check(step + 1)
         row = eval_row(eval_logs or {})
         if row:
             self._append({"step": step, **row})
 
     def finish(self, steps: int, steps_skipped: int, stop_reason: str | None) -> dict:
         """summary.json, in the local engine's schema (the bench treats a run with one as done)."""
+        self.guard.check(steps)
         content = summary(steps_of(self.rows), run_dir=self.run_dir, engine="openrlhf", stop_reason=stop_reason,
                           wall_s=time.time() - self.started, num_steps=steps, steps_skipped=steps_skipped)
         write_summary(self.run_dir, content)

@@ -272,6 +272,30 @@ def test_probe_metrics_from_agent_episodes_match_the_local_probe(actor_and_model
     assert [tok.decode(z, skip_special_tokens=True) for z in replies] == [REPLIES[0][0]] * 4
 
 
+def test_a_controller_whose_run_directory_is_replaced_stops_before_writing_into_the_new_one(trainer, tmp_path):
+    import shutil
+
+    from ragen2.engines.openrlhf.run_files import RunFiles
+    from ragen2.run_dir import RunDirectoryGone
+
+    run = tmp_path / "run"
+    trainer.ragen.files = RunFiles(run)
+    status, step = trainer.train_step(samples(), 0)
+    trainer.save_logs_and_checkpoints(step, status, {})
+    calls = trainer.calls["logs"]
+    assert len(calls) == 1 and (run / "metrics.jsonl").is_file() and (run / "completions.jsonl").is_file()
+    shutil.rmtree(run)
+    run.mkdir()  # another run of the same name
+    with pytest.raises(RunDirectoryGone, match="removed or replaced"):  # at the step's sample completions
+        trainer.train_step(samples(), step)
+    with pytest.raises(RunDirectoryGone, match="stopped after step 1 without writing to it again"):
+        trainer.save_logs_and_checkpoints(step, status, {})
+    assert len(calls) == 1  # OpenRLHF's checkpoint save was never reached
+    with pytest.raises(RunDirectoryGone):
+        trainer.ragen.files.finish(2, 0, None)
+    assert list(run.iterdir()) == []  # no row, completion, checkpoint or summary.json in the new run
+
+
 def test_the_actor_group_forward_pads_micro_batches_to_every_rank_and_keeps_order(monkeypatch, trainer):
     class Group:
         _actor_handlers = [object()] * 3
