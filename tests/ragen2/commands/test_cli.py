@@ -100,3 +100,19 @@ def test_version(capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["--version"])
     assert exit_info.value.code == 0 and capsys.readouterr().out.startswith("ragen2 ")
+
+
+def test_output_into_a_closed_pipe_ends_quietly_with_sigpipes_code():
+    """`ragen2 audit RUN | head -1` gave a BrokenPipeError traceback once head had left."""
+    import subprocess
+    import sys
+
+    script = ("import os, sys\n"
+              "read_end, write_end = os.pipe()\n"
+              "os.close(read_end)  # the reader has gone\n"
+              "os.dup2(write_end, 1)\n"
+              "from ragen2.cli import main\n"
+              "sys.exit(main(['envs', 'show', 'sokoban']))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 141
+    assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr, done.stderr
