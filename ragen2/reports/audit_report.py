@@ -257,8 +257,10 @@ def plot_grad(grad: dict, max_steps: int = 3) -> bytes:
         axis.set_xticks([i + width * (len(components) - 1) / 2 for i in range(len(buckets))], labels, fontsize=7)
         if log_scale:
             axis.set_yscale("symlog", linthresh=min(positive))
+        if positive:  # headroom above the tallest bar, so that the legend covers no bar
+            axis.set_ylim(top=max(positive) * (20 if log_scale else 1.4))
         axis.set_title(f"step {step + 1}: gradient norms in the update, by reward-std bucket", fontsize=9)
-        axis.legend(fontsize=7)
+        axis.legend(fontsize=7, loc="upper right", ncol=len(components))
     return _png(figure)
 
 
