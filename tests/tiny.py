@@ -216,3 +216,23 @@ def _seeded(seed: int, build):
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return build().eval()
+
+
+# A three-turn Sokoban rollout whose second reply has no reasoning (a format failure).
+SCRIPTED_SOKOBAN_REPLIES = {1: "<think>go up</think><answer>Up</answer>", 2: "I refuse",
+                            3: "<think>down</think><answer>Down</answer>"}
+
+
+def scripted_sokoban_batch(tokenizer, generation_prompt: str = "<|im_start|>assistant\n"):
+    """Two groups x 2 of three Sokoban turns, each turn's reply taken from SCRIPTED_SOKOBAN_REPLIES."""
+    import re
+
+    import envs
+    from ragen2.rollout import RolloutConfig, rollout
+
+    def reply(prompt: str) -> str:
+        return SCRIPTED_SOKOBAN_REPLIES[int(re.findall(r"Turn (\d+):", prompt)[-1])]
+
+    policy = ScriptedPolicy(tokenizer, reply, generation_prompt=generation_prompt, end_with_eos=True)
+    cfg = RolloutConfig(group_size=2, max_turns=3, max_new_tokens=40, prefill_tag=False)
+    return rollout(policy, tokenizer, lambda: envs.make("sokoban"), [3, 4], cfg, torch.Generator().manual_seed(0))

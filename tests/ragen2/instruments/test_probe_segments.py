@@ -3,18 +3,15 @@ reply (every sampled token of a turn), which has a row for every rollout."""
 
 from __future__ import annotations
 
-import re
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-import envs
 import mi_probe
 from ragen2.config import ProbeSection
 from ragen2.instruments.probe import Probe, reply_spans
-from ragen2.rollout import RolloutConfig, rollout
-from tests.tiny import ScriptedPolicy, tiny_llama, tiny_tokenizer
+from tests.tiny import SCRIPTED_SOKOBAN_REPLIES, scripted_sokoban_batch, tiny_llama, tiny_tokenizer
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 GEN_PROMPT = "<|im_start|>assistant\n"
@@ -69,16 +66,11 @@ def test_reply_segment_metrics_equal_the_reference_cross_scoring(tok):
 
 
 def test_reply_segment_on_a_real_rollout_decodes_to_what_the_policy_wrote(tok):
-    script = {1: "<think>go up</think><answer>Up</answer>", 2: "I refuse",
-              3: "<think>down</think><answer>Down</answer>"}
-    policy = ScriptedPolicy(tok, lambda prompt: script[int(re.findall(r"Turn (\d+):", prompt)[-1])],
-                            generation_prompt=GEN_PROMPT, end_with_eos=True)
-    cfg = RolloutConfig(group_size=2, max_turns=3, max_new_tokens=40, prefill_tag=False)
-    batch = rollout(policy, tok, lambda: envs.make("sokoban"), [3, 4], cfg, torch.Generator().manual_seed(0))
+    batch = scripted_sokoban_batch(tok, GEN_PROMPT)
     probe = Probe(ProbeSection(mode="trajectory", num_samples=64, segment="reply"), tok)
     spans = probe.segment_spans(batch)
     assert len(spans) == 12  # 4 trajectories x 3 turns; turn 2 ("I refuse") has a reply, not reasoning
     texts = {tok.decode(batch.input_ids[row, start:end], skip_special_tokens=True) for row, _, start, end in spans}
-    assert texts == set(script.values())
+    assert texts == set(SCRIPTED_SOKOBAN_REPLIES.values())
     prompts, replies, _ = probe.pairs(batch, step=0)
     assert all(tok.decode(p).endswith(GEN_PROMPT) for p in prompts)  # the context just before the reply

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections import Counter
 from types import SimpleNamespace
 
@@ -13,15 +12,13 @@ import pytest
 import torch
 from scipy import stats
 
-import envs
 import mi_probe
 from ragen2.reports import audit
 from ragen2.cli import main
 from ragen2.commands import audit as audit_command
 from ragen2.config import ProbeSection
 from ragen2.instruments.probe import CollapseWatch, Probe
-from ragen2.rollout import RolloutConfig, rollout
-from tests.tiny import ScriptedPolicy, tiny_llama, tiny_tokenizer
+from tests.tiny import scripted_sokoban_batch, tiny_llama, tiny_tokenizer
 from ragen2.run_dir import RunLog
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: threads cost more than they save
@@ -77,12 +74,7 @@ def test_trajectory_mode_columns_are_each_pairs_own_context(tok):
 
 
 def test_trajectory_mode_on_a_real_multi_turn_rollout(tok):
-    script = {1: "<think>go up</think><answer>Up</answer>", 2: "I refuse",
-              3: "<think>down</think><answer>Down</answer>"}
-    policy = ScriptedPolicy(tok, lambda prompt: script[int(re.findall(r"Turn (\d+):", prompt)[-1])],
-                            generation_prompt=GEN_PROMPT, end_with_eos=True)
-    cfg = RolloutConfig(group_size=2, max_turns=3, max_new_tokens=40, prefill_tag=False)
-    batch = rollout(policy, tok, lambda: envs.make("sokoban"), [3, 4], cfg, torch.Generator().manual_seed(0))
+    batch = scripted_sokoban_batch(tok, GEN_PROMPT)
     probe = Probe(ProbeSection(mode="trajectory", num_samples=6), tok)
     prompts, reasonings, _ = probe.pairs(batch, step=0)
     assert {tok.decode(z) for z in reasonings} <= {"go up", "down"}  # turn 2 wrote no reasoning
