@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 
 import mi_probe
+from ragen2.algos.advantages import turn_index
 from ragen2.rollout.chat import ChatFormat, reasoning_span
 
 # forward(sequences, action_masks, attention_masks) -> one [B, T-1] log-prob tensor per micro-batch
@@ -56,32 +57,29 @@ def probe_batch(samples: list, group_size: int, tokenizer, prefill: str, pad_id:
     """One row per sample. OpenRLHF's action_mask[t] marks token t+1 as sampled; left padding
     (attention_mask 0) is dropped so that every row starts with its prompt."""
     chat = ChatFormat(tokenizer)
-    rows, masks, turns, spans = [], [], [], []
+    rows, masks, spans = [], [], []
     for row, sample in enumerate(samples):
         ids = sample.sequences.reshape(-1).tolist()
         attention = sample.attention_mask.reshape(-1).bool().tolist()
         sampled = [False] + [bool(v) for v in sample.action_mask.reshape(-1).tolist()]
         keep = [i for i, on in enumerate(attention) if on]
         ids, sampled = [ids[i] for i in keep], [sampled[i] for i in keep]
-        turn_of = [-1] * len(ids)
         for turn, (start, end) in enumerate(_spans(sampled)):
-            turn_of[start:end] = [turn] * (end - start)
             found = reasoning_span(chat, ids[start:end], prefill)
             if found is not None:
                 spans.append((row, turn, start + found[0], start + found[1]))
         rows.append(ids)
         masks.append(sampled)
-        turns.append(turn_of)
     width = max(len(r) for r in rows)
     input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     response_mask = torch.zeros((len(rows), width), dtype=torch.bool)
-    turn_index = torch.full((len(rows), width), -1, dtype=torch.long)
-    for i, (ids, sampled, turn_of) in enumerate(zip(rows, masks, turns)):
+    for i, (ids, sampled) in enumerate(zip(rows, masks)):
         input_ids[i, :len(ids)] = torch.tensor(ids, dtype=torch.long)
         response_mask[i, :len(ids)] = torch.tensor(sampled, dtype=torch.bool)
-        turn_index[i, :len(ids)] = torch.tensor(turn_of, dtype=torch.long)
     n = len(rows)
-    return ProbeBatch(input_ids, response_mask, torch.arange(n) // group_size, torch.arange(n), spans, turn_index)
+    # a turn is one contiguous sampled span, numbered as _spans numbers them above
+    return ProbeBatch(input_ids, response_mask, torch.arange(n) // group_size, torch.arange(n), spans,
+                      turn_index(response_mask))
 
 
 def pair_tensors(prompt: list[int], reasoning: list[int], width: int, pad_id: int):
