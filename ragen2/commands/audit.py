@@ -7,10 +7,12 @@ import json
 import sys
 from dataclasses import asdict
 from pathlib import Path
+from typing import get_args
 
 import envs
-from ragen2.reports.audit_verdict import AuditSettings
 from ragen2.commands import COMMANDS
+from ragen2.config import ProbeSection
+from ragen2.reports.audit_verdict import AuditSettings
 from ragen2.run_dir import AUDIT_DIR, CONFIG_FILE
 
 
@@ -40,9 +42,9 @@ def add_parser(subparsers) -> None:
     for name, default in asdict(AuditSettings()).items():
         flag = "--" + name.replace("_", "-")
         text = f"{helps[name]} (default {default})"
-        if name in ("mode", "segment"):
-            choices = ("first_turn", "trajectory") if name == "mode" else ("reasoning", "reply")
-            parser.add_argument(flag, default=default, choices=choices, help=text)
+        if name in ("mode", "segment"):  # the probe's own settings: their choices are the config's
+            parser.add_argument(flag, default=default, choices=get_args(ProbeSection.model_fields[name].annotation),
+                                help=text)
         else:
             parser.add_argument(flag, type=type(default), default=default, help=text)
     parser.add_argument("--compare-base", action="store_true",
