@@ -32,6 +32,7 @@ become `alert` events in the run directory (and a printed line), and stop the ru
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 
@@ -155,13 +156,12 @@ def reply_spans(turn_index: torch.Tensor) -> list[tuple[int, int, int, int]]:
     of a sampled token, -1 elsewhere); a sampled EOS belongs to its turn's reply."""
     spans = []
     for row, turns in enumerate(turn_index.tolist()):
-        start = None
-        for position, turn in enumerate(turns + [-1]):
-            if start is not None and turn != turns[start]:
-                spans.append((row, turns[start], start, position))
-                start = None
-            if start is None and turn >= 0:
-                start = position
+        start = 0
+        for turn, run in itertools.groupby(turns):
+            end = start + len(list(run))
+            if turn >= 0:
+                spans.append((row, turn, start, end))
+            start = end
     return spans
 
 
