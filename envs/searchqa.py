@@ -19,19 +19,17 @@ Questions (config `source`):
   schema (see envs/data/searchqa_README.md), so the env works with no network.
 - `file`: a JSONL file of HotpotQA rows, or a JSON array such as hotpot_dev_distractor_v1.json.
 - `hub`: `datasets.load_dataset(hub_id, hub_config, split=split)`, imported only when used.
-Loaded questions are cached per source behind a lock and shared by every env copy.
+Loaded questions are cached per source behind a lock and shared by every env copy
+(envs/searchqa_questions.py).
 """
 
 from __future__ import annotations
 
-import json
 import re
 import string
-import threading
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -42,8 +40,8 @@ from envs.parsing import (
 from envs import ragen_text
 from envs.registry import register
 from envs.retrieval import RETRIEVER_KINDS, Passage, Retriever, corpus_retriever, make_retriever, tokenize
+from envs.searchqa_questions import MultiHopQuestion, QADatasetError, load_questions
 
-BUILTIN_PATH = Path(__file__).resolve().parent / "data" / "searchqa_offline.jsonl"
 SOURCES = ("builtin", "file", "hub")
 # A piece that is not search[…]/finish[…]. answer (RAGEN-2): strict search[/finish[ prefixes,
 # anything else is a final answer read out of the text; drop (ours): case- and space-lenient
@@ -193,172 +191,6 @@ class SearchQAConfig(EnvConfig):
         if not 0.0 <= self.f1_threshold <= 1.0:
             raise EnvConfigError(f"f1_threshold must be in [0, 1], got {self.f1_threshold}")
         super().__post_init__()
-
-
-# --- questions in HotpotQA's schema ---------------------------------------------------
-
-
-class QADatasetError(ValueError):
-    """A question set that cannot be loaded or has a bad row; the message names where."""
-
-
-@dataclass(frozen=True)
-class MultiHopQuestion:
-    id: str
-    question: str
-    answer: str
-    type: str = ""
-    level: str = ""
-    supporting_facts: tuple[tuple[str, int], ...] = ()
-    context: tuple[Passage, ...] = ()
-
-    @property
-    def supporting_titles(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(title for title, _ in self.supporting_facts))
-
-
-def _pairs(value, keys: tuple[str, str], where: str) -> list[tuple]:
-    """HotpotQA's (title, x) lists in any of their three spellings, as a list of pairs:
-    `datasets` gives a dict of columns ({"title": [...], "sentences": [...]}), parquet
-    exports a list of {"title", ...} objects, the original JSON a list of [title, x]."""
-    first, second = keys
-    if isinstance(value, dict):
-        missing = [key for key in keys if key not in value]
-        if missing:
-            raise QADatasetError(f"{where}: missing key(s) {missing}")
-        if not isinstance(value[first], list) or not isinstance(value[second], list):
-            raise QADatasetError(f"{where}: '{first}' and '{second}' must be lists")
-        if len(value[first]) != len(value[second]):
-            raise QADatasetError(f"{where}: {len(value[first])} {first}s but {len(value[second])} {second}s")
-        return list(zip(value[first], value[second]))
-    if not isinstance(value, list):
-        raise QADatasetError(f"{where}: expected a list or an object of lists, got {type(value).__name__}")
-    pairs = []
-    for number, item in enumerate(value):
-        if isinstance(item, dict) and first in item and second in item:
-            pairs.append((item[first], item[second]))
-        elif isinstance(item, (list, tuple)) and len(item) == 2:
-            pairs.append(tuple(item))
-        else:
-            raise QADatasetError(f"{where}[{number}]: expected [{first}, {second}] or an object with both keys")
-    return pairs
-
-
-def question_from_row(row, where: str) -> MultiHopQuestion:
-    """Validate one HotpotQA-schema row; `where` names it in errors ("file.jsonl: line 3")."""
-    if not isinstance(row, dict):
-        raise QADatasetError(f"{where}: expected a JSON object, got {type(row).__name__}")
-    for field in ("question", "answer"):
-        if not isinstance(row.get(field), str) or not row[field].strip():
-            raise QADatasetError(f"{where}: field '{field}' must be a non-empty string "
-                                 f"(HotpotQA's fullwiki test split has no answers)")
-    context = []
-    for title, sentences in _pairs(row.get("context", []), ("title", "sentences"), f"{where}: context"):
-        if not isinstance(title, str) or not isinstance(sentences, list) or \
-                not all(isinstance(s, str) for s in sentences):
-            raise QADatasetError(f"{where}: context entries need a string title and a list of string sentences")
-        context.append(Passage(title.strip(), " ".join(s.strip() for s in sentences if s.strip())))
-    facts = []
-    for title, sent_id in _pairs(row.get("supporting_facts", []), ("title", "sent_id"), f"{where}: supporting_facts"):
-        if not isinstance(title, str) or not isinstance(sent_id, int) or isinstance(sent_id, bool):
-            raise QADatasetError(f"{where}: supporting_facts need a string title and an int sent_id")
-        facts.append((title.strip(), sent_id))
-    extras = {key: row.get(key) or "" for key in ("type", "level")}
-    identifier = row.get("id", row.get("_id", ""))
-    if not all(isinstance(v, str) for v in (*extras.values(), identifier)):
-        raise QADatasetError(f"{where}: fields 'id', 'type' and 'level' must be strings")
-    return MultiHopQuestion(identifier, row["question"].strip(), row["answer"].strip(), supporting_facts=tuple(facts),
-                            context=tuple(context), **extras)
-
-
-def read_question_file(path: Path) -> tuple[MultiHopQuestion, ...]:
-    """Read a JSONL file of HotpotQA rows, or one JSON array of them (the original release)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise QADatasetError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise QADatasetError(f"{path}: cannot read it as UTF-8 text ({error})") from None
-    questions: list[MultiHopQuestion] = []
-    if path.suffix != ".jsonl" and text.lstrip().startswith("["):
-        try:
-            rows = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise QADatasetError(f"{path}: not valid JSON ({error})") from None
-        questions = [question_from_row(row, f"{path}: row {n}") for n, row in enumerate(rows, start=1)]
-    else:  # JSONL: one row per non-blank line
-        for line_number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            where = f"{path}: line {line_number}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise QADatasetError(f"{where}: not valid JSON ({error.msg})") from None
-            questions.append(question_from_row(row, where))
-    if not questions:
-        raise QADatasetError(f"{path}: holds no questions")
-    return tuple(questions)
-
-
-class HubQuestions(Sequence):
-    """A hub dataset read row by row: 90k rows are not converted up front."""
-
-    def __init__(self, dataset, name: str):
-        self.dataset = dataset
-        self.name = name
-
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def __getitem__(self, index: int) -> MultiHopQuestion:
-        return question_from_row(self.dataset[int(index)], f"{self.name}: row {int(index)}")
-
-
-def load_hub_questions(hub_id: str, hub_config: str, split: str, cache_dir: str) -> HubQuestions:
-    name = f"hub dataset '{hub_id}' config '{hub_config}' split '{split}'"
-    try:
-        import datasets  # lazily: only the hub source needs it
-    except ImportError:
-        raise QADatasetError(f"{name}: source='hub' needs the 'datasets' package (pip install datasets)") from None
-    try:
-        dataset = datasets.load_dataset(hub_id, hub_config or None, split=split, cache_dir=cache_dir or None)
-    except Exception as error:  # offline, unknown id, bad split: datasets raises many types
-        raise QADatasetError(
-            f"could not load {name} ({type(error).__name__}: {error}). Without the Hugging Face hub, use "
-            f"source='builtin' (the shipped offline set) or source='file' with path= a HotpotQA JSON/JSONL file"
-        ) from error
-    missing = [column for column in ("question", "answer", "context") if column not in dataset.column_names]
-    if missing:
-        raise QADatasetError(f"{name}: missing column(s) {missing}; columns are {dataset.column_names}")
-    if len(dataset) == 0:
-        raise QADatasetError(f"{name}: holds no rows")
-    return HubQuestions(dataset, name)
-
-
-_CACHE: dict[tuple, Sequence[MultiHopQuestion]] = {}
-_CACHE_LOCK = threading.Lock()
-
-
-def load_questions(config: SearchQAConfig) -> Sequence[MultiHopQuestion]:
-    """The questions `config` names, loaded once per source and shared."""
-    if config.source == "hub":
-        key = ("hub", config.hub_id, config.hub_config, config.split, config.cache_dir)
-    else:
-        path = BUILTIN_PATH if config.source == "builtin" else Path(config.path).expanduser().resolve()
-        try:
-            stat = path.stat()
-            version = (stat.st_mtime_ns, stat.st_size)  # an edited file is read again
-        except OSError:
-            version = None  # read_question_file reports the missing file
-        key = ("file", str(path), version)
-    with _CACHE_LOCK:  # held while loading so two threads never load the same data twice
-        if key not in _CACHE:
-            if config.source == "hub":
-                _CACHE[key] = load_hub_questions(config.hub_id, config.hub_config, config.split, config.cache_dir)
-            else:
-                _CACHE[key] = read_question_file(Path(key[1]))
-        return _CACHE[key]
 
 
 def _clip(text: str, limit: int) -> str:

@@ -17,10 +17,8 @@ import envs.searchqa as searchqa
 from envs.base import EnvConfigError
 from envs.parsing import format_response
 from envs.retrieval import BM25Retriever, Passage, Retriever, RetrievalError, corpus_retriever, read_corpus_file
-from envs.searchqa import (
-    QADatasetError, SearchQAConfig, SearchQAEnv, answer_f1, answer_reward, exact_match, normalize_answer,
-    read_question_file,
-)
+from envs.searchqa import SearchQAConfig, SearchQAEnv, answer_f1, answer_reward, exact_match, normalize_answer
+from envs.searchqa_questions import QADatasetError, load_questions, read_question_file
 
 
 def act(env, *actions):
@@ -121,7 +119,7 @@ def test_bm25_score_matches_the_lucene_formula_by_hand():
 
 
 def test_bm25_finds_the_supporting_paragraph_for_a_targeted_query():
-    question = searchqa.load_questions(SearchQAConfig())[0]  # the Orlen Lighthouse question
+    question = load_questions(SearchQAConfig())[0]  # the Orlen Lighthouse question
     retriever = BM25Retriever(question.context)
     assert isinstance(retriever, Retriever)
     assert retriever.search("who designed the Orlen Lighthouse", k=3)[0].title == "Orlen Lighthouse"
@@ -301,7 +299,7 @@ def test_hub_errors_are_clear(monkeypatch):
 # --- episodes ----------------------------------------------------------------------------------
 
 def test_the_offline_set_is_multi_hop_in_hotpotqa_schema():
-    questions = searchqa.load_questions(SearchQAConfig())
+    questions = load_questions(SearchQAConfig())
     assert len(questions) == 43 and len({q.id for q in questions}) == 43
     for q in questions:
         titles = [p.title for p in q.context]
@@ -312,7 +310,7 @@ def test_the_offline_set_is_multi_hop_in_hotpotqa_schema():
 
 def test_a_scripted_expert_solves_every_offline_question():
     """Search for each supporting paragraph by its title (the bridge entity second), then answer."""
-    questions = searchqa.load_questions(SearchQAConfig())
+    questions = load_questions(SearchQAConfig())
     env = SearchQAEnv()
     solved = set()
     for seed in range(1000):
