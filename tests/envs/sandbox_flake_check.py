@@ -5,7 +5,7 @@ the verdicts seen; `flaky` lists cases that got more than one.
     python tests/envs/sandbox_flake_check.py [--rounds 10] [--no-busy]
 
 A tool run by hand (minutes), not a test: pytest collects only test_*.py. It lives here because
-it reruns the cases that tests/envs/test_sandbox.py and tests/envs/test_sandbox_hostile.py define; run as
+it reruns the cases that tests/envs/test_sandbox.py and tests/envs/hostile_programs.py define; run as
 a script, this folder is on sys.path, so it imports them as plain modules.
 """
 
@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import test_sandbox as plain
-import test_sandbox_hostile as hostile
+import hostile_programs as hostile
 from envs import sandbox
 from envs.sandbox import run_python
 
