@@ -30,7 +30,6 @@ import dataclasses
 import json
 import re
 import textwrap
-import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -40,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from envs.base import ActionOutcome, EnvConfig, EnvConfigError, TextEnv
+from envs.data_files import HubRows, SourceCache, file_version, load_hub_dataset, read_utf8
 from envs.parsing import ParsedResponse, parse_response
 from envs import ragen_text
 from envs.registry import register
@@ -192,12 +192,7 @@ def problem_from_row(row, where: str) -> CodeProblem:
 
 
 def read_problem_file(path: Path) -> tuple[CodeProblem, ...]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise CodeDatasetError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise CodeDatasetError(f"{path}: cannot read it as UTF-8 text ({error})") from None
+    text = read_utf8(path, CodeDatasetError)
     if path.suffix != ".jsonl" and text.lstrip().startswith("["):
         rows = _as_json(text, str(path), "the file")
         problems = [problem_from_row(row, f"{path}: row {n}") for n, row in enumerate(rows, start=1)]
@@ -212,34 +207,15 @@ def read_problem_file(path: Path) -> tuple[CodeProblem, ...]:
     return tuple(problems)
 
 
-class HubProblems(Sequence):
+def load_hub_problems(config: DeepCoderConfig) -> HubRows:
     """A hub dataset converted row by row (LiveCodeBench rows carry megabytes of tests)."""
-
-    def __init__(self, dataset, name: str):
-        self.dataset, self.name = dataset, name
-
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def __getitem__(self, index: int) -> CodeProblem:
-        return problem_from_row(self.dataset[int(index)], f"{self.name}: row {int(index)}")
-
-
-def load_hub_problems(config: DeepCoderConfig) -> HubProblems:
     name = f"hub dataset '{config.hub_id}' ({config.hub_config or 'default'}) split '{config.split}'"
-    try:
-        import datasets  # lazily: only the hub source needs it
-    except ImportError:
-        raise CodeDatasetError(f"{name}: source='hub' needs the 'datasets' package") from None
-    try:
-        dataset = datasets.load_dataset(config.hub_id, config.hub_config or None, split=config.split,
-                                        cache_dir=config.cache_dir or None)
-    except Exception as error:  # offline, unknown id or split: datasets raises many types
-        raise CodeDatasetError(f"could not load {name} ({type(error).__name__}: {error}). Offline, use "
-                               "source='builtin' or source='file' with path= a JSON/JSONL file") from error
+    dataset = load_hub_dataset(config.hub_id, config.hub_config, config.split, config.cache_dir, name=name,
+                               error=CodeDatasetError, offline_hint="Offline, use source='builtin' or "
+                               "source='file' with path= a JSON/JSONL file")
     if "tests" not in dataset.column_names or len(dataset) == 0:
         raise CodeDatasetError(f"{name}: needs rows with a 'tests' column; columns are {dataset.column_names}")
-    return HubProblems(dataset, name)
+    return HubRows(dataset, name, problem_from_row)
 
 
 def data_paths(config: DeepCoderConfig, problems: Sequence[CodeProblem]) -> tuple[str, ...]:
@@ -252,22 +228,16 @@ def data_paths(config: DeepCoderConfig, problems: Sequence[CodeProblem]) -> tupl
     return tuple(files) + ((str(Path(config.cache_dir).expanduser().resolve()),) if config.cache_dir else ())
 
 
-_CACHE: dict[tuple, Sequence[CodeProblem]] = {}
-_CACHE_LOCK = threading.Lock()
+_CACHE = SourceCache()
 
 
 def load_problems(config: DeepCoderConfig) -> Sequence[CodeProblem]:
     """The problems `config` names, loaded once per source and shared by every env copy."""
     if config.source == "hub":
         key = ("hub", config.hub_id, config.hub_config, config.split, config.cache_dir)
-    else:
-        path = BUILTIN_PATH if config.source == "builtin" else Path(config.path).expanduser().resolve()
-        stat = path.stat() if path.exists() else None
-        key = ("file", str(path), stat and (stat.st_mtime_ns, stat.st_size))
-    with _CACHE_LOCK:
-        if key not in _CACHE:
-            _CACHE[key] = load_hub_problems(config) if config.source == "hub" else read_problem_file(Path(key[1]))
-        return _CACHE[key]
+        return _CACHE.get(key, lambda: load_hub_problems(config))
+    path = BUILTIN_PATH if config.source == "builtin" else Path(config.path).expanduser().resolve()
+    return _CACHE.get(("file", str(path), file_version(path)), lambda: read_problem_file(path))
 
 
 # --- running and judging -----------------------------------------------------------------

@@ -21,7 +21,6 @@ multi-turn rule: attempt k (0-based) earns 1/2**k, a wrong answer is answered wi
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from envs.base import ActionOutcome, EnvConfig, EnvConfigError, TextEnv
+from envs.data_files import HubRows, SourceCache, file_version, load_hub_dataset, read_utf8
 from envs.math_answers import ANSWER_MARKER, SCORING_MODES, answers_match, extract_label
 from envs import ragen_text
 from envs.registry import register
@@ -72,13 +72,7 @@ def problem_from_row(row, where: str) -> MathProblem:
 
 def read_problem_file(path: Path) -> tuple[MathProblem, ...]:
     """Read a JSON array or JSONL file of MetaMathQA rows, validating every row."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise MathDatasetError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise MathDatasetError(f"{path}: cannot read it as UTF-8 text ({error})") from None
-
+    text = read_utf8(path, MathDatasetError)
     problems: list[MathProblem] = []
     # One JSON array (as MetaMathQA-395K.json is shipped) or JSONL; a .jsonl file is never
     # sniffed, since its first row could itself be an array (a bad row to report as such).
@@ -104,67 +98,35 @@ def read_problem_file(path: Path) -> tuple[MathProblem, ...]:
     return tuple(problems)
 
 
-class HubProblems(Sequence):
-    """A hub dataset read row by row: 395k rows are not converted up front."""
-
-    def __init__(self, dataset, name: str):
-        self.dataset = dataset
-        self.name = name
-
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def __getitem__(self, index: int) -> MathProblem:
-        return problem_from_row(self.dataset[int(index)], f"{self.name}: row {int(index)}")
-
-
-def load_hub_problems(hub_id: str, split: str, cache_dir: str) -> HubProblems:
+def load_hub_problems(hub_id: str, split: str, cache_dir: str) -> HubRows:
     name = f"hub dataset '{hub_id}' split '{split}'"
-    try:
-        import datasets  # lazily: only the hub source needs it
-    except ImportError:
-        raise MathDatasetError(f"{name}: source='hub' needs the 'datasets' package (pip install datasets)") from None
-    try:
-        dataset = datasets.load_dataset(hub_id, split=split, cache_dir=cache_dir or None)
-    except Exception as error:  # offline, unknown id, bad split: datasets raises many types
-        raise MathDatasetError(
-            f"could not load {name} ({type(error).__name__}: {error}). Without the Hugging Face hub, use "
-            f"source='builtin' (the shipped GSM8K sample) or source='file' with path= a local JSON/JSONL file"
-        ) from error
+    dataset = load_hub_dataset(hub_id, None, split, cache_dir, name=name, error=MathDatasetError, offline_hint=(
+        "Without the Hugging Face hub, use source='builtin' (the shipped GSM8K sample) or source='file' with "
+        "path= a local JSON/JSONL file"))
     missing = [column for column in ("query", "response") if column not in dataset.column_names]
     if missing:
         raise MathDatasetError(f"{name}: missing column(s) {missing}; columns are {dataset.column_names}")
     if len(dataset) == 0:
         raise MathDatasetError(f"{name}: holds no rows")
-    return HubProblems(dataset, name)
+    return HubRows(dataset, name, problem_from_row)
 
 
-_CACHE: dict[tuple, Sequence[MathProblem]] = {}
-_CACHE_LOCK = threading.Lock()
+_CACHE = SourceCache()
 
 
 def _cache_key(config: MetaMathQAConfig) -> tuple:
     if config.source == "hub":
         return ("hub", config.hub_id, config.split, config.cache_dir)
     path = BUILTIN_PATH if config.source == "builtin" else Path(config.path).expanduser().resolve()
-    try:
-        stat = path.stat()
-        version = (stat.st_mtime_ns, stat.st_size)  # an edited file is read again
-    except OSError:
-        version = None
-    return ("file", str(path), version)
+    return ("file", str(path), file_version(path))
 
 
 def load_problems(config: MetaMathQAConfig) -> Sequence[MathProblem]:
     """The problems `config` names, loaded once per (source, split) and shared."""
     key = _cache_key(config)
-    with _CACHE_LOCK:  # held while loading so two threads never load the same data twice
-        if key not in _CACHE:
-            if config.source == "hub":
-                _CACHE[key] = load_hub_problems(config.hub_id, config.split, config.cache_dir)
-            else:
-                _CACHE[key] = read_problem_file(Path(key[1]))
-        return _CACHE[key]
+    if config.source == "hub":
+        return _CACHE.get(key, lambda: load_hub_problems(config.hub_id, config.split, config.cache_dir))
+    return _CACHE.get(key, lambda: read_problem_file(Path(key[1])))
 
 
 @dataclass(frozen=True)

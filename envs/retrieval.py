@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import numpy as np
+
+from envs.data_files import SourceCache, file_version, read_utf8
 
 # Words so common in questions that matching them says nothing about the paragraph.
 STOPWORDS = frozenset(
@@ -127,12 +128,7 @@ def passage_from_row(row, where: str) -> Passage:
 def read_corpus_file(path: str | Path) -> tuple[Passage, ...]:
     """Read a JSONL corpus (one {"title", "text"} object per non-blank line)."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise RetrievalError(f"{path}: no such corpus file") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise RetrievalError(f"{path}: cannot read it as UTF-8 text ({error})") from None
+    text = read_utf8(path, RetrievalError, missing="no such corpus file")
     passages: list[Passage] = []
     for line_number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -148,20 +144,12 @@ def read_corpus_file(path: str | Path) -> tuple[Passage, ...]:
     return tuple(passages)
 
 
-_CORPUS_CACHE: dict[tuple, Retriever] = {}
-_CORPUS_LOCK = threading.Lock()
+_CORPUS_CACHE = SourceCache()
 
 
 def corpus_retriever(path: str | Path, kind: str = "bm25") -> Retriever:
-    """The retriever over a corpus file, built once per (kind, path, mtime, size) and shared."""
+    """The retriever over a corpus file, built once per (kind, path, mtime, size) and shared: an
+    edited file is indexed again, and two threads never index the same file twice."""
     resolved = Path(path).expanduser().resolve()
-    try:
-        stat = resolved.stat()
-        version = (stat.st_mtime_ns, stat.st_size)  # an edited file is indexed again
-    except OSError:
-        version = None  # read_corpus_file reports the missing file
-    key = (kind, str(resolved), version)
-    with _CORPUS_LOCK:  # held while indexing so two threads never index the same file twice
-        if key not in _CORPUS_CACHE:
-            _CORPUS_CACHE[key] = make_retriever(kind, read_corpus_file(resolved))
-        return _CORPUS_CACHE[key]
+    return _CORPUS_CACHE.get((kind, str(resolved), file_version(resolved)),
+                             lambda: make_retriever(kind, read_corpus_file(resolved)))

@@ -5,12 +5,12 @@ Loaded questions are cached per source behind a lock and shared by every env cop
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from envs.data_files import HubRows, SourceCache, file_version, load_hub_dataset, read_utf8
 from envs.retrieval import Passage
 
 if TYPE_CHECKING:
@@ -94,12 +94,7 @@ def question_from_row(row, where: str) -> MultiHopQuestion:
 
 def read_question_file(path: Path) -> tuple[MultiHopQuestion, ...]:
     """Read a JSONL file of HotpotQA rows, or one JSON array of them (the original release)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise QADatasetError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise QADatasetError(f"{path}: cannot read it as UTF-8 text ({error})") from None
+    text = read_utf8(path, QADatasetError)
     questions: list[MultiHopQuestion] = []
     if path.suffix != ".jsonl" and text.lstrip().startswith("["):
         try:
@@ -122,61 +117,28 @@ def read_question_file(path: Path) -> tuple[MultiHopQuestion, ...]:
     return tuple(questions)
 
 
-class HubQuestions(Sequence):
-    """A hub dataset read row by row: 90k rows are not converted up front."""
-
-    def __init__(self, dataset, name: str):
-        self.dataset = dataset
-        self.name = name
-
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def __getitem__(self, index: int) -> MultiHopQuestion:
-        return question_from_row(self.dataset[int(index)], f"{self.name}: row {int(index)}")
-
-
-def load_hub_questions(hub_id: str, hub_config: str, split: str, cache_dir: str) -> HubQuestions:
+def load_hub_questions(hub_id: str, hub_config: str, split: str, cache_dir: str) -> HubRows:
+    """A hub dataset converted row by row: 90k rows are not converted up front."""
     name = f"hub dataset '{hub_id}' config '{hub_config}' split '{split}'"
-    try:
-        import datasets  # lazily: only the hub source needs it
-    except ImportError:
-        raise QADatasetError(f"{name}: source='hub' needs the 'datasets' package (pip install datasets)") from None
-    try:
-        dataset = datasets.load_dataset(hub_id, hub_config or None, split=split, cache_dir=cache_dir or None)
-    except Exception as error:  # offline, unknown id, bad split: datasets raises many types
-        raise QADatasetError(
-            f"could not load {name} ({type(error).__name__}: {error}). Without the Hugging Face hub, use "
-            f"source='builtin' (the shipped offline set) or source='file' with path= a HotpotQA JSON/JSONL file"
-        ) from error
+    dataset = load_hub_dataset(hub_id, hub_config, split, cache_dir, name=name, error=QADatasetError, offline_hint=(
+        "Without the Hugging Face hub, use source='builtin' (the shipped offline set) or source='file' with "
+        "path= a HotpotQA JSON/JSONL file"))
     missing = [column for column in ("question", "answer", "context") if column not in dataset.column_names]
     if missing:
         raise QADatasetError(f"{name}: missing column(s) {missing}; columns are {dataset.column_names}")
     if len(dataset) == 0:
         raise QADatasetError(f"{name}: holds no rows")
-    return HubQuestions(dataset, name)
+    return HubRows(dataset, name, question_from_row)
 
 
-_CACHE: dict[tuple, Sequence[MultiHopQuestion]] = {}
-_CACHE_LOCK = threading.Lock()
+_CACHE = SourceCache()
 
 
 def load_questions(config: SearchQAConfig) -> Sequence[MultiHopQuestion]:
     """The questions `config` names, loaded once per source and shared."""
     if config.source == "hub":
         key = ("hub", config.hub_id, config.hub_config, config.split, config.cache_dir)
-    else:
-        path = BUILTIN_PATH if config.source == "builtin" else Path(config.path).expanduser().resolve()
-        try:
-            stat = path.stat()
-            version = (stat.st_mtime_ns, stat.st_size)  # an edited file is read again
-        except OSError:
-            version = None  # read_question_file reports the missing file
-        key = ("file", str(path), version)
-    with _CACHE_LOCK:  # held while loading so two threads never load the same data twice
-        if key not in _CACHE:
-            if config.source == "hub":
-                _CACHE[key] = load_hub_questions(config.hub_id, config.hub_config, config.split, config.cache_dir)
-            else:
-                _CACHE[key] = read_question_file(Path(key[1]))
-        return _CACHE[key]
+        return _CACHE.get(key, lambda: load_hub_questions(config.hub_id, config.hub_config, config.split,
+                                                          config.cache_dir))
+    path = BUILTIN_PATH if config.source == "builtin" else Path(config.path).expanduser().resolve()
+    return _CACHE.get(("file", str(path), file_version(path)), lambda: read_question_file(path))

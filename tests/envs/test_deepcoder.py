@@ -19,6 +19,7 @@ import envs
 import envs.deepcoder as deepcoder
 from envs import sandbox
 from envs.base import EnvConfigError
+from envs.data_files import SourceCache
 from envs.deepcoder import (CodeDatasetError, CodeTest, DeepCoderConfig, DeepCoderEnv, extract_code, json_equal,
                             parse_tests, run_test)
 from envs.parsing import format_response
@@ -300,7 +301,7 @@ def test_hub_source_uses_the_configured_id_config_and_split(monkeypatch):
         return FakeHubDataset(rows)
 
     monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=load_dataset))
-    monkeypatch.setattr(deepcoder, "_CACHE", {})
+    monkeypatch.setattr(deepcoder, "_CACHE", SourceCache())  # an empty cache: the hub is loaded here
     env = envs.make("deepcoder", source="hub", hub_config="taco", split="test")
     assert calls == [("agentica-org/DeepCoder-Preview-Dataset", "taco", "test")]
     assert env.hide_paths == ("/nonexistent/cache/data-00000.arrow",)
