@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import random
 import re
-import threading
 import zlib
 from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
@@ -30,6 +29,8 @@ from itertools import product as cartesian_product
 from pathlib import Path
 
 import numpy as np
+
+from envs.data_files import SourceCache
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 SHIPPED_PRODUCTS = DATA_DIR / "webshop_products.jsonl"
@@ -370,19 +371,14 @@ def load_original_catalog(products_file: str | Path, attributes_file: str | Path
 
 # --- a cache, so every env of one process shares one catalog and index -------------------------
 
-_CACHE: dict[tuple, Catalog] = {}
-_CACHE_LOCK = threading.Lock()
+_CACHE = SourceCache()
 
 
 def get_catalog(products_file: str = "", attributes_file: str = "", human_goals_file: str = "",
                 num_products: int = 0) -> Catalog:
     """The shipped catalog when `products_file` is empty, else the original WebShop files."""
-    key = (products_file, attributes_file, human_goals_file, num_products)
-    with _CACHE_LOCK:
-        if key not in _CACHE:
-            if products_file:
-                _CACHE[key] = load_original_catalog(products_file, attributes_file or None,
-                                                    human_goals_file or None, num_products or None)
-            else:
-                _CACHE[key] = load_shipped_catalog()
-        return _CACHE[key]
+    if not products_file:
+        return _CACHE.get(("shipped",), load_shipped_catalog)
+    return _CACHE.get((products_file, attributes_file, human_goals_file, num_products),
+                      lambda: load_original_catalog(products_file, attributes_file or None,
+                                                    human_goals_file or None, num_products or None))
