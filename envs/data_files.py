@@ -1,4 +1,4 @@
-"""What the data-driven envs (MetaMathQA, DeepCoder, SearchQA and its corpus) share to load
+"""What the data-driven envs (MetaMathQA, DeepCoder, SearchQA and its corpus, WebShop) share to load
 their data: a file read as UTF-8 with a clear error, a Hugging Face dataset loaded with a
 clear error and converted row by row, and a cache that loads each source once for every env
 copy (an edited file is read again). Each env keeps its own row schema and messages."""

@@ -30,6 +30,7 @@ import string
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -40,7 +41,10 @@ from envs.parsing import (
 from envs import ragen_text
 from envs.registry import register
 from envs.retrieval import RETRIEVER_KINDS, Passage, Retriever, corpus_retriever, make_retriever, tokenize
-from envs.searchqa_questions import MultiHopQuestion, QADatasetError, load_questions
+from envs.data_files import SourceCache, file_version
+from envs.searchqa_questions import (
+    BUILTIN_PATH, MultiHopQuestion, QADatasetError, load_hub_questions, read_question_file,
+)
 
 SOURCES = ("builtin", "file", "hub")
 # A piece that is not search[…]/finish[…]. answer (RAGEN-2): strict search[/finish[ prefixes,
@@ -191,6 +195,19 @@ class SearchQAConfig(EnvConfig):
         if not 0.0 <= self.f1_threshold <= 1.0:
             raise EnvConfigError(f"f1_threshold must be in [0, 1], got {self.f1_threshold}")
         super().__post_init__()
+
+
+_CACHE = SourceCache()
+
+
+def load_questions(config: SearchQAConfig) -> Sequence[MultiHopQuestion]:
+    """The questions `config` names, loaded once per source and shared."""
+    if config.source == "hub":
+        key = ("hub", config.hub_id, config.hub_config, config.split, config.cache_dir)
+        return _CACHE.get(key, lambda: load_hub_questions(config.hub_id, config.hub_config, config.split,
+                                                          config.cache_dir))
+    path = BUILTIN_PATH if config.source == "builtin" else Path(config.path).expanduser().resolve()
+    return _CACHE.get(("file", str(path), file_version(path)), lambda: read_question_file(path))
 
 
 def _clip(text: str, limit: int) -> str:

@@ -1,20 +1,15 @@
 """SearchQA's questions: rows in HotpotQA's schema, validated, from the shipped offline set, a
 JSONL/JSON file or the Hugging Face hub (`datasets.load_dataset`, imported only when used).
-Loaded questions are cached per source behind a lock and shared by every env copy."""
+The env (envs/searchqa.py) picks the source and caches what is loaded."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from envs.data_files import HubRows, SourceCache, file_version, load_hub_dataset, read_utf8
+from envs.data_files import HubRows, load_hub_dataset, read_utf8
 from envs.retrieval import Passage
-
-if TYPE_CHECKING:
-    from envs.searchqa import SearchQAConfig
 
 BUILTIN_PATH = Path(__file__).resolve().parent / "data" / "searchqa_offline.jsonl"
 
@@ -129,16 +124,3 @@ def load_hub_questions(hub_id: str, hub_config: str, split: str, cache_dir: str)
     if len(dataset) == 0:
         raise QADatasetError(f"{name}: holds no rows")
     return HubRows(dataset, name, question_from_row)
-
-
-_CACHE = SourceCache()
-
-
-def load_questions(config: SearchQAConfig) -> Sequence[MultiHopQuestion]:
-    """The questions `config` names, loaded once per source and shared."""
-    if config.source == "hub":
-        key = ("hub", config.hub_id, config.hub_config, config.split, config.cache_dir)
-        return _CACHE.get(key, lambda: load_hub_questions(config.hub_id, config.hub_config, config.split,
-                                                          config.cache_dir))
-    path = BUILTIN_PATH if config.source == "builtin" else Path(config.path).expanduser().resolve()
-    return _CACHE.get(("file", str(path), file_version(path)), lambda: read_question_file(path))

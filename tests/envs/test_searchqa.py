@@ -17,8 +17,10 @@ import envs.searchqa as searchqa
 from envs.base import EnvConfigError
 from envs.parsing import format_response
 from envs.retrieval import BM25Retriever, Passage, Retriever, RetrievalError, corpus_retriever, read_corpus_file
-from envs.searchqa import SearchQAConfig, SearchQAEnv, answer_f1, answer_reward, exact_match, normalize_answer
-from envs.searchqa_questions import QADatasetError, load_questions, read_question_file
+from envs.searchqa import (
+    SearchQAConfig, SearchQAEnv, answer_f1, answer_reward, exact_match, load_questions, normalize_answer,
+)
+from envs.searchqa_questions import QADatasetError, read_question_file
 
 
 def act(env, *actions):
