@@ -13,6 +13,7 @@ import matplotlib
 import matplotlib.pyplot as plt
 from matplotlib.ticker import MaxNLocator
 
+from ragen2.bench.worker import val_before
 from ragen2.run_dir import finite, read_steps
 
 PANELS = (  # (metric key, title)
@@ -31,8 +32,6 @@ def series(rows: list[dict], key: str) -> dict[int, float]:
 
 def cell_rows(run_dir: Path) -> list[dict]:
     """The cell's logged steps; a validation of the untrained model (validate_before) goes first, at step 0."""
-    from ragen2.bench.report import val_before  # report imports this module
-
     before = finite(val_before(run_dir).get("val/success_rate"))
     return ([{"step": -1, "val/success_rate": before}] if before is not None else []) + read_steps(run_dir)
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from ragen2.bench.plots import plot_envs
 from ragen2.bench.published import PUBLISHED, published_value
 from ragen2.bench.runner import read_manifest, read_state
-from ragen2.bench.worker import VAL_BEFORE_FILE
+from ragen2.bench.worker import val_before
 from ragen2.run_dir import finite, read_steps, read_summary
 
 COLUMNS = ("name", "matrix", "env", "algo", "filter", "variant", "treatment", "row", "model", "seed", "status",
@@ -39,12 +39,6 @@ AGGREGATED = ("val_success_before", "final_val_success", "best_val_success", "fi
               "steps_skipped", "wall_s", "rollout_s", "update_s", "rollout_tokens")
 # The phases a filter shrinks (they run on the kept groups only): their sum is the update time.
 UPDATE_PHASES = ("old_log_probs", "ref_log_probs", "values", "advantages", "update")
-
-
-def val_before(run_dir: Path) -> dict:
-    """Validation metrics of the untrained model, where the suite asked for them (validate_before)."""
-    path = Path(run_dir) / VAL_BEFORE_FILE
-    return json.loads(path.read_text()) if path.is_file() else {}
 
 
 def _mean(values) -> float | None:

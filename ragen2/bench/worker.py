@@ -30,6 +30,12 @@ class EngineUnavailable(RuntimeError):
     pass
 
 
+def val_before(run_dir: Path) -> dict:
+    """Validation metrics of the untrained model, where the suite asked for them (validate_before)."""
+    path = Path(run_dir) / VAL_BEFORE_FILE
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
 def _openrlhf_installed() -> bool:
     return find_spec("openrlhf") is not None  # without importing it (Ray, vLLM, DeepSpeed are heavy)
 
