@@ -5,8 +5,9 @@ copy (an edited file is read again). Each env keeps its own row schema and messa
 
 from __future__ import annotations
 
+import json
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -21,6 +22,19 @@ def read_utf8(path: Path, error: type[Exception], missing: str = "no such file")
         raise error(f"{path}: {missing}") from None
     except (OSError, UnicodeDecodeError) as problem:
         raise error(f"{path}: cannot read it as UTF-8 text ({problem})") from None
+
+
+def json_lines(text: str, path: Path, error: type[Exception]) -> Iterator[tuple[str, Any]]:
+    """(where, row) for each non-blank line of a JSONL text, `where` = "PATH: line N"; a line that
+    is not JSON raises `error` naming it."""
+    for line_number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{path}: line {line_number}"
+        try:
+            yield where, json.loads(line)
+        except json.JSONDecodeError as problem:
+            raise error(f"{where}: not valid JSON ({problem.msg})") from None
 
 
 def file_version(path: Path) -> tuple[int, int] | None:

@@ -22,7 +22,6 @@ A corpus file (JSONL, one `{"title": …, "text": …}` per line) is read and in
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,7 +30,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from envs.data_files import SourceCache, file_version, read_utf8
+from envs.data_files import SourceCache, file_version, json_lines, read_utf8
 
 # Words so common in questions that matching them says nothing about the paragraph.
 STOPWORDS = frozenset(
@@ -129,16 +128,7 @@ def read_corpus_file(path: str | Path) -> tuple[Passage, ...]:
     """Read a JSONL corpus (one {"title", "text"} object per non-blank line)."""
     path = Path(path)
     text = read_utf8(path, RetrievalError, missing="no such corpus file")
-    passages: list[Passage] = []
-    for line_number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"{path}: line {line_number}"
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise RetrievalError(f"{where}: not valid JSON ({error.msg})") from None
-        passages.append(passage_from_row(row, where))
+    passages = [passage_from_row(row, where) for where, row in json_lines(text, path, RetrievalError)]
     if not passages:
         raise RetrievalError(f"{path}: holds no passages")
     return tuple(passages)

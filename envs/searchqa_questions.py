@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from envs.data_files import HubRows, load_hub_dataset, read_utf8
+from envs.data_files import HubRows, json_lines, load_hub_dataset, read_utf8
 from envs.retrieval import Passage
 
 BUILTIN_PATH = Path(__file__).resolve().parent / "data" / "searchqa_offline.jsonl"
@@ -90,7 +90,6 @@ def question_from_row(row, where: str) -> MultiHopQuestion:
 def read_question_file(path: Path) -> tuple[MultiHopQuestion, ...]:
     """Read a JSONL file of HotpotQA rows, or one JSON array of them (the original release)."""
     text = read_utf8(path, QADatasetError)
-    questions: list[MultiHopQuestion] = []
     if path.suffix != ".jsonl" and text.lstrip().startswith("["):
         try:
             rows = json.loads(text)
@@ -98,15 +97,7 @@ def read_question_file(path: Path) -> tuple[MultiHopQuestion, ...]:
             raise QADatasetError(f"{path}: not valid JSON ({error})") from None
         questions = [question_from_row(row, f"{path}: row {n}") for n, row in enumerate(rows, start=1)]
     else:  # JSONL: one row per non-blank line
-        for line_number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            where = f"{path}: line {line_number}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise QADatasetError(f"{where}: not valid JSON ({error.msg})") from None
-            questions.append(question_from_row(row, where))
+        questions = [question_from_row(row, where) for where, row in json_lines(text, path, QADatasetError)]
     if not questions:
         raise QADatasetError(f"{path}: holds no questions")
     return tuple(questions)

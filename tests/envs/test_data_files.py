@@ -9,7 +9,7 @@ import types
 
 import pytest
 
-from envs.data_files import HubRows, SourceCache, file_version, load_hub_dataset, read_utf8
+from envs.data_files import HubRows, SourceCache, file_version, json_lines, load_hub_dataset, read_utf8
 
 
 class BadData(ValueError):
@@ -101,3 +101,13 @@ def test_hub_rows_convert_a_row_only_when_it_is_read_and_name_it():
     with pytest.raises(BadData, match=r"^hub dataset 'x': row 1: empty row$"):
         rows[1]
     assert rows[0] == 2
+
+
+def test_json_lines_skip_blank_lines_and_name_the_line_that_is_not_json(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    assert list(json_lines('{"a": 1}\n\n  \n[2]\n', path, BadData)) == [(f"{path}: line 1", {"a": 1}),
+                                                                        (f"{path}: line 4", [2])]
+    rows = json_lines('{"a": 1}\n{"a": \n', path, BadData)
+    assert next(rows) == (f"{path}: line 1", {"a": 1})  # rows come one at a time, before the bad line is read
+    with pytest.raises(BadData, match=r"rows\.jsonl: line 2: not valid JSON \(Expecting value\)$"):
+        next(rows)
