@@ -74,7 +74,9 @@ class FilterConfig:
     top_p_mode    linear: accumulate the scores themselves; softmax: accumulate
                   softmax(score) probabilities (never comes back empty).
     include_zero  False drops groups whose rewards are all equal before ranking.
-    eps           slack of the linear top-p threshold p * total - eps (RAGEN: 0.01).
+    eps           slack of the linear top-p threshold p * total - eps (RAGEN: 0.01), in
+                  the units of the reward std; with metric reward_variance it is the
+                  same share of the total, eps * sum(var) / sum(std) (see snr.selection).
     ddof          1 (default) divides by G - 1: the unbiased estimate of Var(R|x),
                   and what torch.std (RAGEN's std) computes; 0 divides by G.
 

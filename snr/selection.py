@@ -23,6 +23,13 @@ deliberately differ, and why:
   stopped at the first one, which is the same in ``largest`` order (they are all
   at the end) but in ``smallest`` order would empty the selection whenever one
   zero-spread group exists.
+* Linear top-p's slack ``eps`` (RAGEN: 0.01) is in the units of the reward std, the
+  score RAGEN summed. With metric ``reward_variance`` it is applied as the same share
+  of the total: threshold = p * sum(var) - eps * sum(var) / sum(std). Taken as an
+  absolute 0.01 on the variance it skipped every batch whose summed variance was
+  <= 0.011, real spread (one group [0, 0, 0, 0.1]: variance 0.0025, std 0.05), where on
+  the std it absorbs round-off and spreads below ~0.01 only. Now a batch is skipped on
+  the variance exactly when it would be on the std (p * sum(std) <= eps).
 * Softmax top-p: a cumulative mass within 1e-12 per group of p reaches p, so 10 tied
   groups at p = 0.9 keep 9 (RAGEN's float32 sum happens to round up to 0.90000004
   and keeps 9 as well; float64 rounds down to 0.8999999999999999).
@@ -159,9 +166,23 @@ def _ranked(scores: torch.Tensor, order: str) -> torch.Tensor:
 _EMPTY = torch.zeros(0, dtype=torch.long)
 
 
-def _top_p_linear(s: torch.Tensor, cfg: FilterConfig) -> torch.Tensor:
-    # Shortest best-first run whose summed score reaches p * total - eps.
-    threshold = cfg.value * float(s.sum()) - cfg.eps
+def linear_top_p_slack(cfg: FilterConfig, scores: torch.Tensor, std: torch.Tensor) -> float:
+    """Linear top-p's slack in the units of `scores` (the candidates' ranking scores).
+
+    cfg.eps is RAGEN's slack on a sum of stds. For the variance it becomes the same share of
+    the total (eps / sum(std) of it): an absolute eps on the variance, a quantity of another
+    scale, would skip batches with real spread (see the module docstring). For reward_std and
+    caller scores ("given") eps is taken as it is.
+    """
+    if cfg.metric != "reward_variance":
+        return cfg.eps
+    total_std = float(std.sum())
+    return cfg.eps * float(scores.sum()) / total_std if total_std > 0 else 0.0
+
+
+def _top_p_linear(s: torch.Tensor, cfg: FilterConfig, slack: float) -> torch.Tensor:
+    # Shortest best-first run whose summed score reaches p * total - slack.
+    threshold = cfg.value * float(s.sum()) - slack
     if threshold <= 0:
         # Nothing worth keeping (RAGEN: the running sum 0 already "reaches" the
         # threshold with no group taken, which it returns as empty).
@@ -188,8 +209,8 @@ def _top_p_softmax(s: torch.Tensor, cfg: FilterConfig) -> torch.Tensor:
     return ranked[: min(first + 1, s.numel())]
 
 
-def _pick(s: torch.Tensor, cfg: FilterConfig, num_groups: int) -> torch.Tensor:
-    """Positions in the candidate scores `s` that the strategy keeps."""
+def _pick(s: torch.Tensor, cfg: FilterConfig, num_groups: int, slack: float) -> torch.Tensor:
+    """Positions in the candidate scores `s` that the strategy keeps (`slack`: linear top-p's)."""
     n = s.numel()
     if n == 0:
         return _EMPTY
@@ -198,7 +219,7 @@ def _pick(s: torch.Tensor, cfg: FilterConfig, num_groups: int) -> torch.Tensor:
         # p = 1 keeps every candidate: RAGEN's documented "no filter" setting.
         return torch.arange(n)
     if strategy == "top_p":
-        return _top_p_linear(s, cfg) if cfg.top_p_mode == "linear" else _top_p_softmax(s, cfg)
+        return _top_p_linear(s, cfg, slack) if cfg.top_p_mode == "linear" else _top_p_softmax(s, cfg)
     if strategy in ("top_k", "top_k_abs"):
         if strategy == "top_k":
             k = max(1, int(cfg.value * num_groups + _TOP_K_ROUNDING))
@@ -270,7 +291,8 @@ def select_groups(rewards: Any, config: FilterConfig | None = None, scores: Any 
     candidates = torch.arange(num_groups)
     if not cfg.include_zero:
         candidates = candidates[~zero_spread]
-    kept, _ = torch.sort(candidates[_pick(group_scores[candidates], cfg, num_groups)])
+    slack = linear_top_p_slack(cfg, group_scores[candidates], std[candidates])
+    kept, _ = torch.sort(candidates[_pick(group_scores[candidates], cfg, num_groups, slack)])
     skip = kept.numel() == 0
 
     total_variance = float(variance.sum())

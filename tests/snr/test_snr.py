@@ -50,7 +50,8 @@ def test_equal_rewards_have_exactly_zero_spread():
 # ---------------------------------------------------------------- top_p linear
 
 def test_top_p_linear_by_variance_with_metrics():
-    # threshold 0.8 * 23/12 - 0.01 = 1.5233; 4/3 < it, 4/3 + 1/3 = 5/3 >= it -> groups 2, 3.
+    # slack 0.01 * (23/12) / 2.23205 (summed std) = 0.00859, the share of the total RAGEN's 0.01
+    # is of the summed std; threshold 0.8 * 23/12 - 0.00859 = 1.5247; 4/3 < it, 5/3 >= it -> 2, 3.
     sel = select_groups(REWARDS, FilterConfig(value=0.8, include_zero=True))
     assert sel.kept.tolist() == [2, 3] and not sel.skip
     assert sel.scores.tolist() == pytest.approx([0.25, 0.0, 4 / 3, 1 / 3])
@@ -69,7 +70,7 @@ def test_top_p_linear_metric_changes_the_ranking_mass():
     # By std: total 2.23205, threshold 0.8 * 2.23205 - 0.01 = 1.77564;
     # 1.1547 + 0.57735 = 1.73205 falls short, adding 0.5 reaches it -> groups 0, 2, 3.
     assert kept(REWARDS, value=0.8, metric="reward_std") == [0, 2, 3]
-    # p = 0.9 by variance: threshold 1.715; 5/3 < it, + 0.25 = 23/12 -> groups 0, 2, 3.
+    # p = 0.9 by variance: threshold 1.725 - 0.00859 = 1.7164; 5/3 < it, + 0.25 -> groups 0, 2, 3.
     assert kept(REWARDS, value=0.9) == [0, 2, 3]
 
 
@@ -93,14 +94,33 @@ def test_top_p_linear_skips_when_total_spread_is_zero_or_below_eps():
     assert sel.skip and sel.kept.numel() == 0
     assert sel.metrics["snr/skipped"] == 1.0 and sel.metrics["snr/kept_reward_std_mean"] == 0.0
     assert sel.metrics["snr/kept_reward_variance_share"] == 0.0
-    # var([0, 0.1]) = 0.005: threshold 0.9 * 0.005 - 0.01 < 0 -> nothing worth keeping.
-    assert select_groups(torch.tensor([[0.0, 0.1]]), FilterConfig()).skip
+    # std([0, 0.01]) = 0.00707: 0.9 * 0.00707 < eps 0.01, so the threshold p * var - slack
+    # (slack 0.01 * var / std) is below 0 on the variance as on the std: nothing worth keeping.
+    tiny = torch.tensor([[0.0, 0.01]])
+    assert select_groups(tiny, FilterConfig()).skip and select_groups(tiny, FilterConfig(metric="reward_std")).skip
+
+
+def test_small_real_variance_is_kept_not_skipped():
+    # One group of 8 with rewards [0, 0, 0, 0.1]: variance 0.0025, std 0.05. An absolute eps 0.01
+    # on the variance made the threshold 0.9 * 0.0025 - 0.01 < 0 and skipped the step; the
+    # slack is now 0.01 * 0.0025 / 0.05 = 0.0005, threshold 0.00175 > 0, and the group is kept,
+    # as snr-top-p-std (RAGEN's std) keeps it: 0.9 * 0.05 - 0.01 = 0.035 <= 0.05.
+    rewards = torch.zeros(8, 4)
+    rewards[5, 3] = 0.1
+    for preset in ("snr-top-p", "snr-top-p-std"):
+        sel = select_groups(rewards, snr.load_preset(preset))
+        assert not sel.skip and sel.kept.tolist() == [5], preset
+    assert snr.selection.linear_top_p_slack(FilterConfig(), torch.tensor([0.0025]), torch.tensor([0.05])) == (
+        pytest.approx(0.0005))
+    # std and caller scores keep RAGEN's absolute eps
+    assert snr.selection.linear_top_p_slack(FilterConfig(metric="reward_std"), torch.tensor([5.0]),
+                                            torch.tensor([5.0])) == 0.01
 
 
 def test_ddof_changes_the_spread_scale_and_so_the_eps_cutoff():
-    # var([0, 0.2]) = 0.02 (ddof 1) or 0.01 (ddof 0); threshold 0.9 * var - 0.01 is
-    # +0.008 (keep) or -0.001 (skip).
-    rewards = torch.tensor([[0.0, 0.2]])
+    # std([0, 0.02]) = 0.01414 (ddof 1) or 0.01 (ddof 0); a batch is skipped when
+    # p * summed std <= eps: 0.0127 > 0.01 (keep), 0.009 <= 0.01 (skip).
+    rewards = torch.tensor([[0.0, 0.02]])
     assert kept(rewards, ddof=1) == [0]
     assert select_groups(rewards, FilterConfig(ddof=0)).skip
 
@@ -445,9 +465,11 @@ def test_selection_properties(rewards, cfg, include_zero, order, metric):
     if cfg.strategy == "top_p" and cfg.top_p_mode == "linear" and not sel.skip:
         total = float(sel.scores.sum())
         kept_mass = float(sel.scores[sel.kept].sum())
-        assert kept_mass >= cfg.value * total - cfg.eps - 1e-12
+        # zero-spread groups score 0 with std 0: the sums over all groups are the candidates'
+        slack = snr.selection.linear_top_p_slack(cfg, sel.scores, snr.group_spread(rewards, cfg.ddof)[1])
+        assert kept_mass >= cfg.value * total - slack - 1e-12
         if cfg.value < 1 and order == "largest":  # shortest prefix: one group fewer falls short
-            assert kept_mass - float(sel.scores[sel.kept].min()) < cfg.value * total - cfg.eps
+            assert kept_mass - float(sel.scores[sel.kept].min()) < cfg.value * total - slack
     if cfg.strategy == "top_p" and cfg.top_p_mode == "softmax" and include_zero:
         assert not sel.skip
 
