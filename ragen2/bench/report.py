@@ -148,7 +148,7 @@ def matrix_table(matrix: str, cells: list[dict], stats: dict, published: str | N
         cell = next((c for c in mine if (c["row"], c["env"], c["treatment"]) == (row, env, treatment)), None)
         if cell is None or cell["variant"]:
             return None
-        return published_value(published, cell["algo"], env, cell["filter"])
+        return published_value(published, cell["algo"], env, cell["filter"], cell.get("model"))
 
     for row in dict.fromkeys(c["row"] for c in mine):
         values, published_row = [], []

@@ -11,10 +11,10 @@ from ragen2.bench.report import build_report, mean_std, percent
 from ragen2.cli import main
 
 # final validation success of seed 0; seed 1 adds 0.1
-FINAL = {("ppo", "sokoban", "none"): 0.10, ("ppo", "sokoban", "snr-top-p"): 0.30,
-         ("ppo", "countdown", "none"): 0.50, ("ppo", "countdown", "snr-top-p"): 0.45,
-         ("grpo", "sokoban", "none"): 0.20, ("grpo", "sokoban", "snr-top-p"): 0.20,
-         ("grpo", "countdown", "none"): 0.60, ("grpo", "countdown", "snr-top-p"): 0.70}
+FINAL = {("ppo", "sokoban", "none"): 0.10, ("ppo", "sokoban", "ragen2-main"): 0.30,
+         ("ppo", "countdown", "none"): 0.50, ("ppo", "countdown", "ragen2-main"): 0.45,
+         ("grpo", "sokoban", "none"): 0.20, ("grpo", "sokoban", "ragen2-main"): 0.20,
+         ("grpo", "countdown", "none"): 0.60, ("grpo", "countdown", "ragen2-main"): 0.70}
 
 
 def cell_record(out, algo, env, treatment, seed):
@@ -70,7 +70,7 @@ def test_csv_has_one_row_per_cell_with_the_known_numbers(bench):
     paths = build_report(bench)
     rows = list(csv.DictReader(paths["csv"].open()))
     assert len(rows) == 17
-    row = next(r for r in rows if r["name"] == "sokoban--ppo--snr-top-p--s1")
+    row = next(r for r in rows if r["name"] == "sokoban--ppo--ragen2-main--s1")
     assert row["status"] == "done" and float(row["final_val_success"]) == pytest.approx(0.4)
     assert float(row["best_val_success"]) == pytest.approx(0.4)
     assert float(row["final_val_reward"]) == pytest.approx(0.3)
@@ -87,7 +87,7 @@ def test_csv_has_one_row_per_cell_with_the_known_numbers(bench):
 
 
 def test_validation_before_training_and_phase_times_come_from_the_run_directory(bench):
-    name = "sokoban--ppo--snr-top-p--s1"
+    name = "sokoban--ppo--ragen2-main--s1"
     run = bench / "runs" / name
     (run / "bench_val_before.json").write_text(json.dumps({"val/success_rate": 0.125, "val/reward_mean": -0.05}))
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -121,7 +121,7 @@ def test_markdown_table_is_paper_shaped_with_deltas_and_published_numbers(bench)
     text = build_report(bench, with_plots=False)["markdown"].read_text()
     lines = text.splitlines()
     header = next(line for line in lines if line.startswith("| algorithm"))
-    assert header == ("| algorithm | sokoban: none | sokoban: snr-top-p | countdown: none | countdown: snr-top-p |")
+    assert header == ("| algorithm | sokoban: none | sokoban: ragen2-main | countdown: none | countdown: ragen2-main |")
     ppo = next(line for line in lines if line.startswith("| ppo |"))
     # sokoban: 0.10/0.20 → 15.0 ± 7.1; 0.30/0.40 → 35.0 ± 7.1, +20.0 points; countdown 55.0 → 50.0 (−5.0)
     assert ppo == "| ppo | 15.0 ± 7.1 | 35.0 ± 7.1 (+20.0) | 55.0 ± 7.1 | 50.0 ± 7.1 (-5.0) |"
