@@ -105,7 +105,8 @@ def test_bundled_suites_expand_to_their_documented_sizes():
         cells = expand(load_suite(name), Path("/tmp/unused"))
         assert len(cells) == size, name
     main = expand(load_suite("main-table"), Path("/tmp/unused"))
-    assert {c.config.model.name for c in main} == {"Qwen/Qwen2.5-3B-Instruct"}
+    # the table's algorithm rows ran on the base model (RAGEN's run_main_table_diff_algo.sh)
+    assert {c.config.model.name for c in main} == {"Qwen/Qwen2.5-3B"}
     assert {c.config.algo.name for c in main} == {"ppo", "ragen2-dapo", "ragen2-grpo", "ragen2-dr-grpo"}
     # RAGEN-2's filter column: top-p 0.9 in softmax mode over the reward std, zero-spread groups kept
     kept = {(c.config.filter.strategy, c.config.filter.value, c.config.filter.top_p_mode, c.config.filter.metric)
@@ -128,6 +129,20 @@ def test_bundled_suites_expand_to_their_documented_sizes():
     assert {(c.config.trainer.total_steps, c.config.rollout.num_groups, c.config.rollout.group_size,
              c.config.stop.max_consecutive_skips, c.config.stop.spread_patience) for c in experiment} == {
         (6, 4, 4, 0, 0)}
+
+
+def test_main_table_runs_the_paper_configs_steps_and_its_comment_says_so():
+    import re
+
+    import yaml
+
+    from ragen2.config import CONFIG_DIR
+
+    paper = yaml.safe_load((CONFIG_DIR / "paper" / "ragen2-main.yaml").read_text())["trainer"]["total_steps"]
+    cells = expand(load_suite("main-table"), Path("/tmp/unused"))
+    assert {c.config.trainer.total_steps for c in cells} == {paper} == {400}
+    stated = re.findall(r"cells of (\d+) steps", (CONFIG_DIR / "bench" / "main-table.yaml").read_text())
+    assert stated == [str(paper)]
 
 
 @pytest.mark.parametrize("change, message", [
