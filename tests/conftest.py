@@ -13,8 +13,7 @@ import torch
 from tests.tiny import tiny_llama, tiny_tokenizer
 
 
-@pytest.fixture(autouse=True)
-def _restore_process_state():
+def _restoring_process_state():
     threads, rng, environ = torch.get_num_threads(), torch.get_rng_state(), dict(os.environ)
     yield
     if torch.get_num_threads() != threads:
@@ -23,6 +22,13 @@ def _restore_process_state():
     if dict(os.environ) != environ:
         os.environ.clear()
         os.environ.update(environ)
+
+
+# Module-scoped fixtures (a reference run shared by a module's tests) run before the per-test
+# restore records the state, so what they change would outlive the module without this one.
+_restore_module_state = pytest.fixture(autouse=True, scope="module", name="_restore_module_state")(
+    _restoring_process_state)
+_restore_process_state = pytest.fixture(autouse=True, name="_restore_process_state")(_restoring_process_state)
 
 
 @pytest.fixture

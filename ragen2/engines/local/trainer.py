@@ -229,13 +229,17 @@ class ResumeError(RuntimeError):
 
 
 def apply_threads(cfg: Config, warn=print) -> None:
-    """Set torch's thread count from the config, resolving 0 to this process's default (recorded)."""
-    wanted = cfg.trainer.num_threads
-    if wanted == 0:
-        cfg.trainer.num_threads = torch.get_num_threads()
-        return
-    if torch.get_num_threads() != wanted:
-        torch.set_num_threads(wanted)
+    """Pin torch's thread count from the config, resolving 0 to this process's default (recorded).
+
+    Always through torch.set_num_threads, even when torch already reports the count: the call also
+    sets MKL's own thread count and turns MKL's dynamic threading off, and a process that never made
+    it keeps MKL's defaults (dynamic on), under which MKL may split small matmuls differently (seen on
+    Intel AVX512). A run's numbers then depended on whether earlier code in the process had set the
+    count: a resumed or in-process run differed from a fresh child at step 0.
+    """
+    wanted = cfg.trainer.num_threads or torch.get_num_threads()
+    cfg.trainer.num_threads = wanted
+    torch.set_num_threads(wanted)
     if torch.get_num_threads() != wanted:
         warn(f"warning: torch runs {torch.get_num_threads()} threads, not the run's {wanted}: "
              "its numbers will not repeat bit for bit")

@@ -271,6 +271,36 @@ def test_an_unset_thread_count_is_resolved_and_written(tiny_model_dir, tmp_path)
     assert yaml.safe_load((tmp_path / "r" / "config.yaml").read_text())["trainer"]["num_threads"] == 2
 
 
+_MKL_STATE = """
+import ctypes, json, os, sys, torch
+from ragen2.config import build_config
+from ragen2.engines.local.trainer import apply_threads
+if sys.argv[1] == "touched":  # what an earlier test or a library may have done in this process
+    torch.set_num_threads(1)
+lib = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"))
+apply_threads(build_config({"trainer": {"num_threads": int(sys.argv[2])}}))
+print(json.dumps([torch.get_num_threads(), lib.mkl_get_max_threads(), lib.mkl_serv_get_dynamic()]))
+"""
+
+
+@pytest.mark.parametrize("wanted", ["default", "1"])
+def test_the_thread_state_a_run_computes_with_does_not_depend_on_the_process_history(wanted):
+    """MKL's thread count and its dynamic threading are process state that torch.set_num_threads sets
+    but a fresh process leaves at MKL's defaults; a run must start from the same state either way
+    (on Intel AVX512, an in-process run after other runs differed from a fresh child at step 0)."""
+    import ctypes
+    import os
+
+    if not hasattr(ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")),
+                   "mkl_serv_get_dynamic"):
+        pytest.skip("this torch build has no MKL")
+    count = str(torch.get_num_threads()) if wanted == "default" else wanted
+    states = {history: json.loads(subprocess.run([sys.executable, "-c", _MKL_STATE, history, count], cwd=ROOT,
+                                                 capture_output=True, text=True, check=True).stdout)
+              for history in ("fresh", "touched")}
+    assert states["fresh"] == states["touched"] == [int(count), int(count), 0]
+
+
 def test_resuming_with_another_thread_count_warns(three_saved_steps, capsys):
     assert main(["train", "--quiet", "--resume", str(three_saved_steps), "trainer.total_steps=4",
                  "trainer.num_threads=2"]) == 0
