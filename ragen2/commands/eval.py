@@ -3,7 +3,8 @@
 CKPT is a checkpoint folder (`RUN/checkpoints/step_NNNNNN`), a run directory (its latest
 checkpoint), or a model: a local Hugging Face folder, a hub id, or `bundled`. A checkpoint is
 rebuilt the way its run built it (the run's config.yaml: base model, dtype, LoRA) and its
-policy weights loaded on top. Episodes are rolled out with the training rollout code
+policy weights loaded on top; a model gets the env's training preset (configs/envs/NAME.yaml,
+as `ragen2 train --env NAME`). Episodes are rolled out with the training rollout code
 (ragen2.rollout), on instance seeds drawn from their own stream, apart from the training and
 validation seeds, so "held out" holds for the instances as well as the variant.
 
@@ -51,8 +52,8 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--group-size", type=int, help="episodes per instance, for pass@G (default: the run's)")
     parser.add_argument("--seed", type=int, default=0, help="seeds the instances and the sampling")
     parser.add_argument("--temperature", type=float, help="sampling temperature (default: the run's validation one)")
-    parser.add_argument("--max-turns", type=int, help="default: the run's rollout.max_turns")
-    parser.add_argument("--max-new-tokens", type=int, help="default: the run's rollout.max_new_tokens")
+    parser.add_argument("--max-turns", type=int, help="default: the run's rollout.max_turns (a model: the env preset's)")
+    parser.add_argument("--max-new-tokens", type=int, help="default: the run's rollout.max_new_tokens (a model: the env preset's)")
     parser.add_argument("--env-arg", "--env-override", dest="env_override", action="append", default=[],
                         metavar="KEY=VALUE",
                         help="env config key (repeatable; as in train, audit, envs); the run's own env overrides "
@@ -66,8 +67,12 @@ def add_parser(subparsers) -> None:
 # --- what to load ----------------------------------------------------------------------------
 
 
-def resolve_target(target: str):
-    """(config, checkpoint folder or None, label) for a checkpoint, a run directory or a model."""
+def resolve_target(target: str, env: str | None = None):
+    """(config, checkpoint folder or None, label) for a checkpoint, a run directory or a model.
+
+    A checkpoint or run keeps its run's settings; a model takes `env`'s training preset
+    (configs/envs: turns, token budget, think mode), as `ragen2 train --env` does, not base.yaml's
+    single answer-only turn of 32 tokens."""
     from ragen2.engines.local import checkpoint as ckpt  # torch (see the module doc)
 
     path = Path(target)
@@ -85,7 +90,7 @@ def resolve_target(target: str):
         if not (path / "config.json").is_file():
             raise EvalError(f"{path}: not a checkpoint (no {CHECKPOINT_STATE_FILE} + {POLICY_DIR}/), run directory "
                             f"(no {CONFIG_FILE}) or Hugging Face model folder (no config.json)")
-    # A model: the base config's rollout settings, this model.
+    # A model: the env's training preset over the base config, this model.
     from ragen2.models import ModelSourceError, check_model_source  # transformers (see the module doc)
 
     try:
@@ -94,7 +99,7 @@ def resolve_target(target: str):
         if path.is_absolute() or len(path.parts) > 1:
             raise EvalError(f"{target}: no such run directory, checkpoint or model folder") from None
         raise EvalError(str(error)) from None
-    return load_config(overrides=[f"model.name={target}"]), None, re.sub(r"[^A-Za-z0-9_.+-]", "_",
+    return load_config(env=env, overrides=[f"model.name={target}"]), None, re.sub(r"[^A-Za-z0-9_.+-]", "_",
                                                                          path.name or target)
 
 
@@ -176,7 +181,7 @@ def run(args) -> int:
     try:
         if args.episodes < 1 or (args.group_size is not None and args.group_size < 1):
             raise EvalError("--episodes and --group-size must be at least 1")
-        cfg, checkpoint, label = resolve_target(args.target)
+        cfg, checkpoint, label = resolve_target(args.target, args.env)
         overrides = env_overrides(cfg, args.env, args.env_override)
         rollout_overrides = {"group_size": args.group_size, "max_turns": args.max_turns,
                              "max_new_tokens": args.max_new_tokens}

@@ -122,3 +122,22 @@ def test_eval_a_run_without_checkpoint_says_why(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert main(["eval", str(tmp_path / "empty"), "--env", "bandit"]) == 2
     assert "not a checkpoint" in capsys.readouterr().err
+
+
+
+def test_a_model_is_evaluated_with_the_envs_training_preset_as_train_does(tmp_path):
+    # `ragen2 eval bundled --env sokoban` used base.yaml's 1 turn of 32 answer-only tokens;
+    # configs/envs/sokoban.yaml (what `ragen2 train --env sokoban` uses) says 5 turns of 48, think mode.
+    from ragen2.config import load_config
+
+    tokenizer = tiny_tokenizer("chatml")
+    tiny_llama(tokenizer, seed=0).save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    for env_name, family in (("sokoban", "sokoban"), ("larger_sokoban", "sokoban"), ("frozen_lake", "frozen_lake")):
+        out = tmp_path / f"{env_name}.json"
+        assert main(["eval", str(tmp_path / "model"), "--env", env_name, "--episodes", "2", "--group-size", "2",
+                     "--out", str(out)]) == 0
+        result, trained = json.loads(out.read_text()), load_config(env=family)
+        assert (result["max_turns"], result["max_new_tokens"]) == (
+            trained.rollout.max_turns, trained.rollout.max_new_tokens) != (1, 32), env_name
+        assert "require_think" not in result["env_overrides"], env_name  # think mode, as trained
