@@ -201,6 +201,17 @@ class ProbeSection(Section):
     stop_on_early_warning: bool = False  # ... and on a reward-std cliff or gradient-norm spike
 
 
+class OpenRLHFSection(Section):
+    """`--engine openrlhf` only (docs/distributed.md); the local engine ignores it."""
+
+    # --ds.attn_implementation of the actor, critic and reference; auto = flash_attention_2 where
+    # flash-attn is installed and imports on the launching node, else sdpa (written into config.yaml as resolved)
+    attn_implementation: Literal["auto", "flash_attention_2", "flash_attention_3", "sdpa", "eager"] = "auto"
+    # --vllm.gpu_memory_utilization: vLLM's share of each GPU (weights + KV cache) while it is awake; the
+    # DeepSpeed models' weights stay on the GPU while they sleep, so share + their weights must fit
+    vllm_gpu_memory_utilization: float = Field(0.5, gt=0.0, lt=1.0)
+
+
 class Config(Section):
     model: ModelSection = Field(default_factory=ModelSection)
     env: EnvSection = Field(default_factory=EnvSection)
@@ -215,6 +226,7 @@ class Config(Section):
     optim: OptimSection = Field(default_factory=OptimSection)
     trainer: TrainerSection = Field(default_factory=TrainerSection)
     probe: ProbeSection = Field(default_factory=ProbeSection)
+    openrlhf: OpenRLHFSection = Field(default_factory=OpenRLHFSection)
 
     @model_validator(mode="after")
     def _consistent(self):
