@@ -5,7 +5,10 @@ inside the tags is fine: the last fenced block is taken). Each test runs in its 
 sandboxed process (envs/sandbox/: namespaces, an allow-listed read-only root, seccomp,
 resource and memory limits, no network); reward = fraction of tests passed, success = all passed. RAGEN's semantics: a
 single turn by default; with max_actions_per_traj > 1 a failed program is answered with
-feedback and may be retried (only all-pass terminates).
+feedback and may be retried (only all-pass terminates). The feedback names the verdict, how
+many tests passed and which failed first, never a hidden test's input or expected output nor
+anything the program wrote (envs/deepcoder_judge.py says why; `feedback="verbose"` is the old,
+farmable "expected X, got Y").
 
 Two kinds of test (DeepCoder's, TACO's and LiveCodeBench's layouts are all read):
 - stdin/stdout: the program reads the input; its output passes when, with both sides
@@ -34,12 +37,13 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from envs.base import ActionOutcome, EnvConfig, EnvConfigError, TextEnv
 from envs.data_files import HubRows, SourceCache, file_version, load_hub_dataset, read_utf8
+from envs.deepcoder_judge import (CALL_HARNESS, FEEDBACK_MODES, CodeTest, TestOutcome, feedback_text, judge,
+                                  json_equal)
 from envs.parsing import ParsedResponse, parse_response
 from envs import ragen_text
 from envs.registry import register
@@ -48,47 +52,13 @@ from envs.sandbox import SandboxLimits, run_python
 DATA_DIR = Path(__file__).resolve().parent / "data"
 BUILTIN_PATH = DATA_DIR / "deepcoder_builtin.jsonl"
 SOURCES = ("builtin", "file", "hub")
-MAX_FEEDBACK_CHARS = 300
 _FENCE = re.compile(r"```[ \t]*[A-Za-z0-9_+-]*[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL)
-
-# Runs a function-call test: the solution's own prints go to stderr; the result, as JSON,
-# is the one line on the real stdout. The expected value never enters the sandbox.
-CALL_HARNESS = """\
-import json, os, sys
-result_fd = os.dup(1)
-os.dup2(2, 1)
-sys.stdout = sys.stderr  # line-buffered, so its prints and any traceback keep their order
-request = json.loads(sys.stdin.read())
-namespace = {"__name__": "solution", "__builtins__": __builtins__}
-with open("solution.py", "rb") as handle:
-    exec(compile(handle.read(), "solution.py", "exec"), namespace)
-name = request["fn_name"]
-target = namespace.get(name)
-if target is None and isinstance(namespace.get("Solution"), type):
-    target = getattr(namespace["Solution"](), name, None)
-if not callable(target):
-    raise NameError(f"the solution defines no function {name!r} (nor a Solution class with it)")
-result = target(*request["args"])
-try:
-    text = json.dumps(result)
-except (TypeError, ValueError) as error:
-    raise TypeError(f"{name} returned a {type(result).__name__}, which JSON cannot hold: {error}") from None
-sys.stdout.flush()
-os.write(result_fd, text.encode() + b"\\n")
-"""
+__all__ = ["CALL_HARNESS", "CodeDatasetError", "CodeProblem", "CodeTest", "DeepCoderConfig", "DeepCoderEnv",
+           "TestOutcome", "extract_code", "json_equal", "parse_tests", "run_test", "run_tests"]
 
 
 class CodeDatasetError(ValueError):
     """A code dataset that cannot be loaded, or a row that is malformed; the message says where."""
-
-
-@dataclass(frozen=True)
-class CodeTest:
-    kind: str  # "stdio" | "call"
-    input: Any  # stdin text, or the list of call arguments
-    expected: Any  # expected stdout text, or the expected return value (JSON)
-    fn_name: str = ""
-    wrapped: bool = False  # TACO's layout: the expected return value inside a one-element list
 
 
 @dataclass(frozen=True)
@@ -98,17 +68,6 @@ class CodeProblem:
     tests: tuple[CodeTest, ...]
     solution: str = ""  # a reference solution, where the data has one
     starter_code: str = ""
-
-
-@dataclass(frozen=True)
-class TestOutcome:
-    verdict: str  # ok | wrong_answer | runtime_error | timeout | memory_limit | output_limit | killed | sandbox_error
-    message: str
-    cpu_seconds: float = 0.0
-
-    @property
-    def passed(self) -> bool:
-        return self.verdict == "ok"
 
 
 # --- reading DeepCoder / TACO / LiveCodeBench test layouts --------------------------------
@@ -249,54 +208,14 @@ def extract_code(answer: str) -> str:
     return textwrap.dedent(code).strip("\n")
 
 
-def _normalised_lines(text: str) -> list[str]:
-    return [" ".join(line.split()) for line in text.strip().splitlines()]
-
-
-def json_equal(a, b) -> bool:
-    """Equality of JSON values where True is not 1 and 2 == 2.0."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return isinstance(a, bool) and isinstance(b, bool) and a == b
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return a == b
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
-    return type(a) is type(b) and a == b
-
-
-def _clip(text: str) -> str:
-    text = repr(text) if isinstance(text, str) else json.dumps(text)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
 def run_test(code: str, test: CodeTest, limits: SandboxLimits, hide_paths: tuple[str, ...] = ()) -> TestOutcome:
-    """Run one test of `code` in the sandbox and judge it."""
+    """Run one test of `code` in the sandbox and judge it (never raises: both halves return verdicts)."""
     if test.kind == "call":
         request = json.dumps({"fn_name": test.fn_name, "args": test.input})
         result = run_python(CALL_HARNESS, request, limits, files={"solution.py": code}, hide_paths=hide_paths)
     else:
         result = run_python(code, test.input, limits, hide_paths=hide_paths)
-    if result.verdict != "ok":
-        return TestOutcome(result.verdict, result.message, result.cpu_seconds)
-    if test.kind == "stdio":
-        if _normalised_lines(result.stdout) == _normalised_lines(test.expected):
-            return TestOutcome("ok", "output matches", result.cpu_seconds)
-        message = f"expected {_clip(test.expected.strip())}, got {_clip(result.stdout.strip())}"
-        return TestOutcome("wrong_answer", message, result.cpu_seconds)
-    lines = result.stdout.strip().splitlines()
-    if not lines:
-        return TestOutcome("wrong_answer", f"{test.fn_name} returned nothing (the program exited first)",
-                           result.cpu_seconds)
-    try:
-        value = json.loads(lines[-1])
-    except (ValueError, RecursionError):  # the program may write its own line: too deep, a 5000-digit int
-        return TestOutcome("wrong_answer", "the function's result could not be read", result.cpu_seconds)
-    expected = test.expected[0] if test.wrapped else test.expected
-    if json_equal(value, expected) or (test.wrapped and json_equal(value, test.expected)):
-        return TestOutcome("ok", "result matches", result.cpu_seconds)
-    return TestOutcome("wrong_answer", f"expected {_clip(expected)}, got {_clip(value)}", result.cpu_seconds)
+    return judge(test, result)
 
 
 def run_tests(code: str, tests: Sequence[CodeTest], limits: SandboxLimits, *, parallel: int = 4,
@@ -324,10 +243,13 @@ class DeepCoderConfig(EnvConfig):
     memory_mb: int = 256  # per test (address space)
     max_tests: int = 0  # run at most this many tests of a problem (the first ones); 0 = all
     parallel_tests: int = 4  # tests of one program run at once (each in its own sandbox)
+    feedback: str = "verdict"  # verdict | verbose (shows hidden tests' expected outputs: farmable)
 
     def __post_init__(self) -> None:
         if self.source not in SOURCES:
             raise EnvConfigError(f"source must be one of {list(SOURCES)}, got {self.source!r}")
+        if self.feedback not in FEEDBACK_MODES:
+            raise EnvConfigError(f"feedback must be one of {list(FEEDBACK_MODES)}, got {self.feedback!r}")
         if (self.source == "file") != bool(self.path):
             raise EnvConfigError("path= is needed with source='file' and read only then")
         if self.source == "hub" and not (self.hub_id and self.split):
@@ -396,18 +318,13 @@ class DeepCoderEnv(TextEnv):
         return {"index": self.index, "problem_id": self.problem.problem_id, "num_tests": len(self.tests)}
 
     def _apply_action(self, action: str) -> ActionOutcome:
-        tests = self.tests
-        outcomes = run_tests(extract_code(action), tests, self.limits, parallel=self.config.parallel_tests,
-                             hide_paths=self.hide_paths)
+        tests, code = self.tests, extract_code(action)
+        outcomes = run_tests(code, tests, self.limits, parallel=self.config.parallel_tests, hide_paths=self.hide_paths)
         passed = sum(outcome.passed for outcome in outcomes)
         success = passed == len(tests)
         failure = next(((n, o) for n, o in enumerate(outcomes, start=1) if not o.passed), None)
-        if success:
-            self.feedback = f"Correct! All {len(tests)} tests passed."
-        else:
-            number, outcome = failure
-            detail = f"{outcome.verdict}: {outcome.message}"[:MAX_FEEDBACK_CHARS]
-            self.feedback = f"Incorrect. Passed {passed}/{len(tests)} tests. Test {number} failed ({detail})."
+        self.feedback = feedback_text(outcomes, tests, self.problem.statement, code, self.config.feedback)
+        # info is the host's (logs, tests), never the policy's: it keeps the judge's full message.
         info = {"passed": passed, "total": len(tests), "verdicts": [o.verdict for o in outcomes],
                 "first_failure": None if failure is None else f"test {failure[0]}: {failure[1].message}"}
         return ActionOutcome(passed / len(tests), terminated=success, success=success, info=info)

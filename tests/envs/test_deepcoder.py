@@ -169,6 +169,11 @@ def test_reference_solution_scores_one_and_a_partial_program_a_fraction():
     obs, reward, terminated, truncated, info = answer(env, "print(3)")
     assert (reward, terminated, truncated, info["success"]) == (0.25, False, True, False)
     assert info["action_infos"][0]["verdicts"] == ["ok", "wrong_answer", "wrong_answer", "wrong_answer"]
+    assert obs == "Incorrect. Passed 1/4 tests. Test 2 failed (wrong answer)."  # nothing of test 2 itself
+    assert info["action_infos"][0]["first_failure"] == "test 2: expected '0', got '3'"  # the host's detail
+    verbose = envs.make("deepcoder", feedback="verbose")  # the old, farmable wording, opt-in only
+    reset_to(verbose, "sum_two")
+    obs = answer(verbose, "print(3)")[0]
     assert obs == "Incorrect. Passed 1/4 tests. Test 2 failed (wrong_answer: expected '0', got '3')."
 
 
@@ -180,9 +185,12 @@ def test_function_problems_fenced_answers_and_broken_code():
     reset_to(env, "add")
     assert answer(env, "Sure:\n```python\ndef add(a, b):\n    return a + b\n```")[1] == 1.0
     reset_to(env, "add")
-    _, reward, _, _, info = answer(env, "def add(a, b) return a + b")
+    obs, reward, _, _, info = answer(env, "def add(a, b) return a + b")
     assert reward == 0.0 and set(info["action_infos"][0]["verdicts"]) == {"runtime_error"}
     assert "SyntaxError" in info["action_infos"][0]["first_failure"]
+    # Parsed on the host from the code alone, so the policy may read why it does not compile.
+    assert obs == ("Incorrect. Passed 0/4 tests. Test 1 failed (runtime error). "
+                   "The program does not compile: line 1: expected ':'.")
 
 
 def test_malformed_and_empty_answers_get_the_format_penalty():
@@ -229,6 +237,7 @@ def test_multi_turn_feedback_then_success_and_max_tests():
     ({"memory_mb": 1}, "bad sandbox limits"),
     ({"cpu_seconds": 0}, "bad sandbox limits"),
     ({"parallel_tests": 0}, "parallel_tests must be an int >= 1"),
+    ({"feedback": "full"}, "feedback must be one of"),
 ])
 def test_bad_config_is_refused(overrides, message):
     with pytest.raises(EnvConfigError, match=message):
