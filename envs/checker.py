@@ -3,7 +3,9 @@
 Each check raises `EnvCheckError` naming the env and what broke. It exercises:
 seeding (same seed → same instance, different seeds → not all equal), the reset/step
 contract (types, the 5-tuple, budgets, truncation, stepping after the end), determinism of
-whole episodes, rendering, the parser round trip, the format penalty, and thread safety.
+whole episodes, rendering, the parser round trip, the format penalty, thread safety, and
+that `step` returns for hostile model output (a step that raises on what a model wrote ends
+a training run: that is a bug of the env, whatever the text).
 """
 
 from __future__ import annotations
@@ -153,6 +155,44 @@ def check_threads(make_env, seeds=range(8)) -> None:
         raise EnvCheckError("episodes played in threads differ from the same episodes played serially")
 
 
+_JUNK = "\x00\udcff\u202e\ufeff🙂ß\u0301\r\x1b[2J"
+# Answers an env will act on: each is wrapped in well-formed tags below.
+HOSTILE_ANSWERS = (
+    _JUNK * 500, "\udcff", "\x00", "9" * 5000, "1e999", "nan", "-inf", "[" * 1100, "(" * 1100 + ")" * 1100,
+    "||" * 5000, "|| ||", "x" * 1_000_000, "search[" + "q" * 100_000 + "]", "click[\x00]", "finish[]",
+    "<answer>", "</answer>", "<think>", "```python\n" + _JUNK + "\n```", "import os; os._exit(0)",
+    "def f(:\n", "Up || Down || Left || Right || " * 200,
+)
+# Whole turns, malformed or odd: nested, unclosed, repeated, shouted, empty tags, nothing at all.
+HOSTILE_TURNS = (
+    "", " ", "\n" * 10_000, "x" * 1_000_000, _JUNK * 2000, "\udcff" * 1000,
+    "<think>" * 20_000 + "<answer>" * 20_000, "</answer>" * 1000 + "<answer>", "<answer><answer>a</answer></answer>",
+    "<think><think>x</think></think><answer><answer>up</answer></answer>", "<THINK>x</THINK><ANSWER>up</ANSWER>",
+    "<think>x</think><answer>up</answer>" * 1000, "<think>\udcff</think><answer>\udcff</answer>",
+    "<think>x</think>\n<answer>\x00</answer>\x00", "<answer></answer>" * 100, "<think></think><answer>",
+)
+
+
+def check_hostile_outputs(env: TextEnv, seed: int = 5) -> None:
+    """`step` returns a well-typed 5-tuple for every hostile model output: it never raises."""
+    turns = [format_response([answer], think="hostile") for answer in HOSTILE_ANSWERS] + list(HOSTILE_TURNS)
+    env.reset(seed=seed)
+    for number, text in enumerate(turns):
+        try:
+            result = env.step(text)
+        except Exception as error:  # the contract under test: surfaced with the text that broke it
+            raise EnvCheckError(f"{type(env).__name__}: step raised {error!r} on hostile output "
+                                f"{ascii(text[:60])} ({len(text)} chars)") from error
+        _require(isinstance(result, tuple) and len(result) == 5, env, "step must return a 5-tuple")
+        obs, reward, terminated, truncated, info = result
+        _require(isinstance(obs, str) and isinstance(info, dict), env, "step must return a str observation and info")
+        _require(isinstance(reward, float) and math.isfinite(reward), env,
+                 f"hostile output {ascii(text[:60])} gave reward {reward!r}, not a finite float")
+        _require(isinstance(terminated, bool) and isinstance(truncated, bool), env, "terminated/truncated must be bool")
+        if terminated or truncated:
+            env.reset(seed=seed + number + 1)
+
+
 def check_env(make_env) -> None:
     """Run every check. `make_env` is a zero-argument callable returning a fresh env."""
     env, fresh = make_env(), make_env()
@@ -160,6 +200,7 @@ def check_env(make_env) -> None:
     check_seeding(env, fresh)
     check_rendering(env)
     check_format_penalty(env)
+    check_hostile_outputs(env)
     check_parser_round_trip(env)
     check_determinism(env, fresh)
     check_threads(make_env)

@@ -8,6 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import envs
+from envs.base import ActionOutcome, EnvConfig, TextEnv
+from envs.checker import EnvCheckError, check_hostile_outputs
 from envs.parsing import format_response
 
 ALL_ENVS = [entry.name for entry in envs.specs()]
@@ -23,6 +25,30 @@ HOSTILE_PIECES = [
 @pytest.mark.parametrize("name", ALL_ENVS)
 def test_env_passes_the_checker(name):
     envs.check_env(lambda: envs.make(name))
+
+
+class FragileEnv(TextEnv):
+    """Acts on any answer, and (like DeepCoder's judge did on a 989-deep list) raises on some."""
+
+    config_cls = EnvConfig
+
+    @property
+    def instruction(self) -> str:
+        return "Say anything."
+
+    def _reset(self, rng: np.random.Generator) -> dict:
+        return {}
+
+    def _apply_action(self, action: str) -> ActionOutcome:
+        return ActionOutcome(reward=float(len(action.encode("utf-8")) % 2), terminated=True)
+
+    def render(self) -> str:
+        return "Say anything."
+
+
+def test_the_checker_fails_an_env_whose_step_raises_on_model_output():
+    with pytest.raises(EnvCheckError, match=r"FragileEnv: step raised UnicodeEncodeError.*hostile output"):
+        check_hostile_outputs(FragileEnv(EnvConfig(max_actions_per_traj=3)))
 
 
 @pytest.mark.parametrize("name", ALL_ENVS)
