@@ -19,6 +19,8 @@ meet the same instances in the same steps.
 
 from __future__ import annotations
 
+import importlib
+import importlib.metadata
 import json
 import math
 import sys
@@ -37,12 +39,13 @@ LAUNCH_MODULE = "ragen2.engines.openrlhf.launch"
 SETTINGS_FLAG = "--ragen2.settings"
 WANDB_KEY_PLACEHOLDER = "${WANDB_API_KEY}"  # filled from the environment at launch, never written out
 OPENRLHF_GROUP_STD_EPS = 1e-9  # experience_maker's group_norm: (r - mean) / (std + 1e-9)
-VLLM_GPU_MEMORY_UTILIZATION = 0.5  # colocated: vLLM sleeps during training but shares the GPU with DeepSpeed
 BUNDLED_NAMES = ("bundled", "smollm2", "smollm2-135m-instruct")  # ragen2.models.BUNDLED_NAMES
 ESTIMATORS = {"gae": "gae", "grpo": "group_norm", "dr_grpo": "dr_grpo"}
 OPENRLHF_LOSS_AGG = ("token-mean", "seq-mean-token-mean")  # --actor.loss_agg_mode choices
 REWARD_CLIP = 1e9  # "no clipping" for --reward.clip_range
-DTYPES = {"auto": "bf16", "bfloat16": "bf16", "float16": "fp16"}  # auto: OpenRLHF runs on GPUs, bf16
+# auto: OpenRLHF runs on GPUs, bf16. No fp16: OpenRLHF 0.11.2 starts vLLM in bfloat16 whatever
+# --ds.param_dtype says (create_vllm_engines: "dtype": "bfloat16"), and its weight sync asserts equal dtypes.
+DTYPES = {"auto": "bf16", "bfloat16": "bf16"}
 
 
 class UnsupportedConfig(ConfigError):
@@ -108,9 +111,19 @@ def unsupported(cfg: Config) -> list[str]:
                         "DeepSpeed need a Hugging Face model on every node: pass --model with a hub id (e.g. "
                         "HuggingFaceTB/SmolLM2-135M-Instruct, Qwen/Qwen2.5-3B-Instruct) or a directory present on "
                         "every node")
-    if m.dtype not in DTYPES:
-        problems.append(f"model.dtype={m.dtype}: OpenRLHF trains in bf16 or fp16 (--ds.param_dtype); "
+    if m.dtype == "float16":
+        problems.append("model.dtype=float16: OpenRLHF 0.11.2 always starts vLLM in bfloat16 (no flag sets its "
+                        "dtype) and its weight sync asserts that the trained weights have vLLM's dtype, so fp16 "
+                        "would die at the first sync; set model.dtype=bfloat16 (GPUs of compute capability 8.0+)")
+    elif m.dtype not in DTYPES:
+        problems.append(f"model.dtype={m.dtype}: OpenRLHF trains in bf16 (--ds.param_dtype); "
                         "set model.dtype=bfloat16")
+    if m.lora_rank > 0:
+        # ppo_actor.broadcast_to_vllm sends model.named_parameters() of the PEFT model as they are
+        problems.append(f"model.lora_rank={m.lora_rank}: OpenRLHF 0.11.2 syncs a LoRA actor to vLLM under PEFT's "
+                        "parameter names (base_model.model....base_layer.weight, ...lora_A.default.weight), unmerged, "
+                        "which vLLM cannot load, so the run would die at the first weight sync; set "
+                        "model.lora_rank=0 (full fine-tuning) or train LoRA with the local engine")
     if m.device not in ("auto", "cuda"):
         problems.append(f"model.device={m.device}: Ray places the models on GPUs; leave model.device=auto")
     for key in ("stop_strings", "prefill_tag"):  # the agent's are fixed at the local rollout's defaults
@@ -196,6 +209,31 @@ def batch_problems(cfg: Config, cluster: Cluster) -> list[str]:
     return []
 
 
+# ----------------------------------------------------------------------------- resolved at launch
+
+
+def flash_attn_usable() -> bool:
+    """flash-attn is installed (a distribution, so a stand-in module does not count) and imports here."""
+    try:
+        importlib.metadata.version("flash_attn")
+        importlib.import_module("flash_attn")
+    except Exception:  # noqa: BLE001 - not installed, or a wheel built for another torch / CUDA
+        return False
+    return True
+
+
+def resolve(cfg: Config) -> tuple[Config, list[str]]:
+    """`cfg` with `auto` values of the openrlhf section made concrete (config.yaml records them), and
+    a note for each. Decided on the launching node, which should be one of the GPU nodes."""
+    if cfg.openrlhf.attn_implementation != "auto":
+        return cfg, []
+    attn, why = (("flash_attention_2", "flash-attn is installed") if flash_attn_usable() else
+                 ("sdpa", "flash-attn is not installed here (or does not import)"))
+    cfg = cfg.model_copy(deep=True)
+    cfg.openrlhf.attn_implementation = attn
+    return cfg, [f"openrlhf.attn_implementation=auto resolved to {attn}: {why}"]
+
+
 # ----------------------------------------------------------------------------- files
 
 
@@ -274,13 +312,17 @@ def openrlhf_flags(cfg: Config, cluster: Cluster, run_dir: Path) -> list[str]:
     def placed(role: str) -> list[str]:
         return [item.format(role) for item in gpus]
 
-    flags = ["--actor.model_name_or_path", m.name, "--ds.param_dtype", DTYPES[m.dtype], *placed("actor")]
+    if cfg.openrlhf.attn_implementation == "auto":
+        raise ValueError("openrlhf.attn_implementation=auto: resolve(cfg) first")
+    flags = ["--actor.model_name_or_path", m.name, "--ds.param_dtype", DTYPES[m.dtype],
+             "--ds.attn_implementation", cfg.openrlhf.attn_implementation, *placed("actor")]
     if a.kl_coef > 0:
         flags += placed("ref")
     if a.uses_critic:
         flags += ["--critic.model_name_or_path", m.name, *placed("critic")]
     flags += ["--vllm.num_engines", str(cluster.vllm_engines), "--vllm.tensor_parallel_size",
-              str(cluster.vllm_tensor_parallel), "--vllm.gpu_memory_utilization", _num(VLLM_GPU_MEMORY_UTILIZATION),
+              str(cluster.vllm_tensor_parallel), "--vllm.gpu_memory_utilization",
+              _num(cfg.openrlhf.vllm_gpu_memory_utilization),
               "--train.colocate_all", "--vllm.enable_sleep", "--ds.enable_sleep"]
     flags += ["--train.agent_func_path", str(agent_path()),
               "--data.prompt_dataset", str(files / "train.jsonl"), "--data.input_key", "prompt",
@@ -316,9 +358,6 @@ def openrlhf_flags(cfg: Config, cluster: Cluster, run_dir: Path) -> list[str]:
         flags += ["--critic.value_clip", _num(a.value_clip)]
         if o.critic_warmup_steps:  # OpenRLHF runs the actor once global_step > freezing_steps
             flags += ["--critic.freezing_steps", str(o.critic_warmup_steps)]
-    if m.lora_rank > 0:
-        flags += ["--ds.lora.rank", str(m.lora_rank), "--ds.lora.alpha", str(m.lora_alpha),
-                  "--ds.lora.dropout", _num(m.lora_dropout)]
     if m.gradient_checkpointing:
         flags += ["--actor.gradient_checkpointing_enable"]
     flags += ["--ckpt.output_dir", str(run_dir / OPENRLHF_MODEL_DIR), "--ckpt.path", str(run_dir / CHECKPOINTS_DIR),
@@ -337,9 +376,10 @@ def plan_launch(cfg: Config, run_dir: Path, cluster: Cluster | None = None, pyth
     """The command and files of an OpenRLHF run of `cfg`; raises UnsupportedConfig first."""
     cluster = cluster or Cluster()
     problems = unsupported(cfg) + batch_problems(cfg, cluster)
-    if problems:
-        raise UnsupportedConfig(f"the OpenRLHF {OPENRLHF_VERSION} engine cannot run this config:\n  "
-                                + "\n  ".join(problems))
+    if problems:  # one line for one problem; otherwise one line each
+        raise UnsupportedConfig(f"the OpenRLHF {OPENRLHF_VERSION} engine cannot run this config:"
+                                + ("\n  " if len(problems) > 1 else " ") + "\n  ".join(problems))
+    cfg, notes = resolve(cfg)
     run_dir = Path(run_dir).absolute()  # Ray workers run elsewhere: every path in the flags is absolute
     files = run_dir / OPENRLHF_DIR
     settings = trainer_settings(cfg, cluster, run_dir)
@@ -351,7 +391,6 @@ def plan_launch(cfg: Config, run_dir: Path, cluster: Cluster | None = None, pyth
     }
     command = [python or sys.executable, "-m", LAUNCH_MODULE, SETTINGS_FLAG, str(files / "settings.json"),
                *openrlhf_flags(cfg, cluster, run_dir)]
-    notes = []
     if cfg.optim.batch_adjust != "none":
         notes.append(f"optim.batch_adjust={cfg.optim.batch_adjust} is not applied: OpenRLHF keeps whole groups up to a "
                      "multiple of its batch unit and drops the rest (no rows copied)")

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from ragen2.config import load_config
+from ragen2.engines.openrlhf import flags as flags_module
 from ragen2.engines.openrlhf.flags import (Cluster, UnsupportedConfig, agent_path, batch_unit, dataset_rows,
                                            plan_launch)
 
@@ -21,6 +22,15 @@ AGENT = str(agent_path())
 # GPU-sized settings over the env presets (those are CPU-sized: 2 x 4 episodes, 48 tokens)
 SMALL = ["model.dtype=bfloat16", "rollout.num_groups=8", "rollout.group_size=8", "optim.micro_batch_size=2",
          "optim.mini_batch_size=16", "rollout.max_new_tokens=96", "trainer.val_groups=8"]
+
+
+FLASH_ATTN_USABLE = flags_module.flash_attn_usable  # the real check (the fixture below replaces it)
+
+
+@pytest.fixture(autouse=True)
+def flash_attn_on_the_gpu_nodes(monkeypatch):
+    """The golden commands are a GPU node's, where flash-attn is installed (openrlhf.attn_implementation=auto)."""
+    monkeypatch.setattr(flags_module, "flash_attn_usable", lambda: True)
 
 
 def command(cluster=Cluster(), **compose):
@@ -50,7 +60,7 @@ def test_ppo_paper_config_on_one_node_of_8_gpus():
                   overrides=["optim.loss_scope=mini_batch"])
     model = "Qwen/Qwen2.5-3B-Instruct"
     assert got == head() + [
-        "--actor.model_name_or_path", model, "--ds.param_dtype", "bf16",
+        "--actor.model_name_or_path", model, "--ds.param_dtype", "bf16", "--ds.attn_implementation", "flash_attention_2",
         "--actor.num_nodes", "1", "--actor.num_gpus_per_node", "8",
         "--critic.model_name_or_path", model, "--critic.num_nodes", "1", "--critic.num_gpus_per_node", "8",
         "--vllm.num_engines", "8", *COLOCATE, *data_flags(16),
@@ -73,7 +83,7 @@ def test_ppo_paper_config_on_one_node_of_8_gpus():
 def test_grpo_has_no_critic_and_a_kl_loss_with_the_reference_model():
     got = command(env="frozen_lake", algo="grpo", overrides=["model.name=Qwen/Qwen2.5-0.5B-Instruct", *SMALL])
     assert got == head() + [
-        "--actor.model_name_or_path", "Qwen/Qwen2.5-0.5B-Instruct", "--ds.param_dtype", "bf16",
+        "--actor.model_name_or_path", "Qwen/Qwen2.5-0.5B-Instruct", "--ds.param_dtype", "bf16", "--ds.attn_implementation", "flash_attention_2",
         "--actor.num_nodes", "1", "--actor.num_gpus_per_node", "8",
         "--ref.num_nodes", "1", "--ref.num_gpus_per_node", "8",
         "--vllm.num_engines", "8", *COLOCATE, *data_flags(8),
@@ -97,7 +107,7 @@ def test_starpo_s_on_two_nodes():
                   extra=[REPO / "configs/paper/starpo-s.yaml"], overrides=["optim.micro_batch_size=2"])
     model = "Qwen/Qwen2.5-0.5B-Instruct"
     assert got == head() + [
-        "--actor.model_name_or_path", model, "--ds.param_dtype", "bf16",
+        "--actor.model_name_or_path", model, "--ds.param_dtype", "bf16", "--ds.attn_implementation", "flash_attention_2",
         "--actor.num_nodes", "2", "--actor.num_gpus_per_node", "8",
         "--critic.model_name_or_path", model, "--critic.num_nodes", "2", "--critic.num_gpus_per_node", "8",
         "--vllm.num_engines", "16", *COLOCATE, *data_flags(16),
@@ -117,15 +127,17 @@ def test_starpo_s_on_two_nodes():
         "--logger.logging_steps", "1"]
 
 
-def test_snr_top_p_with_lora_dual_clip_and_logging_on_4_gpus():
+def test_snr_top_p_with_dual_clip_checkpointing_sdpa_and_logging_on_4_gpus():
     got = command(Cluster(gpus_per_node=4), env="frozen_lake", algo="ppo", filter="snr-top-p", overrides=[
-        "model.name=/models/qwen", *SMALL, "model.lora_rank=8", "algo.dual_clip=3.0",
+        "model.name=/models/qwen", *SMALL, "algo.dual_clip=3.0", "openrlhf.attn_implementation=sdpa",
+        "openrlhf.vllm_gpu_memory_utilization=0.35",
         "model.gradient_checkpointing=true", "trainer.wandb=true", "trainer.tensorboard=true", "trainer.save_every=20"])
     assert got == head() + [
-        "--actor.model_name_or_path", "/models/qwen", "--ds.param_dtype", "bf16",
+        "--actor.model_name_or_path", "/models/qwen", "--ds.param_dtype", "bf16", "--ds.attn_implementation", "sdpa",
         "--actor.num_nodes", "1", "--actor.num_gpus_per_node", "4",
         "--critic.model_name_or_path", "/models/qwen", "--critic.num_nodes", "1", "--critic.num_gpus_per_node", "4",
-        "--vllm.num_engines", "4", *COLOCATE, *data_flags(8),
+        "--vllm.num_engines", "4", "--vllm.tensor_parallel_size", "1", "--vllm.gpu_memory_utilization", "0.35",
+        *COLOCATE[4:], *data_flags(8),
         "--rollout.batch_size", "8", "--rollout.n_samples_per_prompt", "8", "--rollout.max_new_tokens", "96",
         "--data.max_len", "2048", "--rollout.temperature", "1.0", "--rollout.top_p", "1.0",
         "--rollout.micro_batch_size", "2", "--train.batch_size", "16", "--train.micro_batch_size", "2",
@@ -137,7 +149,6 @@ def test_snr_top_p_with_lora_dual_clip_and_logging_on_4_gpus():
         "--actor.max_norm", "1.0", "--actor.lr_scheduler", "constant",
         "--critic.adam.lr", "0.0001", "--critic.adam.betas", "0.9", "0.999", "--critic.adam.weight_decay", "0.0",
         "--critic.max_norm", "1.0", "--critic.lr_scheduler", "constant", "--critic.value_clip", "0.5",
-        "--ds.lora.rank", "8", "--ds.lora.alpha", "16", "--ds.lora.dropout", "0.0",
         "--actor.gradient_checkpointing_enable",
         "--ckpt.output_dir", f"{RUN}/model", "--ckpt.path", f"{RUN}/checkpoints", "--ckpt.save_steps", "20",
         "--ckpt.max_num", "2", "--ckpt.best_metric_key", "none",
@@ -176,6 +187,8 @@ def test_batch_unit_is_the_lcm_of_the_global_batch_and_the_data_parallel_micro_b
 @pytest.mark.parametrize("overrides,cluster,needle", [
     ([], Cluster(), "model.name=bundled"),
     (["model.name=m"], Cluster(), "model.dtype=float32"),
+    (["model.name=m", "model.dtype=float16"], Cluster(), "model.dtype=float16"),
+    (["model.name=m", "model.lora_rank=8"], Cluster(), "model.lora_rank=8"),
     (["model.name=m", "model.device=cpu"], Cluster(), "model.device=cpu"),
     (["model.name=m", "rollout.context=window"], Cluster(), "rollout.context=window"),
     (["model.name=m", "rollout.stop_strings=[]"], Cluster(), "rollout.stop_strings=[]"),
@@ -197,7 +210,7 @@ def test_batch_unit_is_the_lcm_of_the_global_batch_and_the_data_parallel_micro_b
 ])
 def test_values_openrlhf_cannot_express_fail_naming_the_key(overrides, cluster, needle):
     with pytest.raises(UnsupportedConfig) as error:
-        command(cluster, overrides=[*overrides, "model.dtype=float32"] if "dtype" in needle else
+        command(cluster, overrides=[*overrides, "model.dtype=float32"] if "dtype=float32" in needle else
                 ["model.dtype=bfloat16", *overrides])
     assert needle in str(error.value)
 
@@ -258,6 +271,54 @@ def test_cli_dry_run_names_the_keys_openrlhf_cannot_run(tmp_path, capsys):
     assert "model.name=bundled" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("override,fix", [("model.lora_rank=8", "model.lora_rank=0"),
+                                          ("model.dtype=float16", "model.dtype=bfloat16")])
+def test_configs_that_die_at_the_first_weight_sync_are_refused_in_one_line(tmp_path, capsys, override, fix):
+    # LoRA: OpenRLHF 0.11.2 sends the PEFT names unmerged; fp16: it starts vLLM in bf16 and asserts equal dtypes.
+    from ragen2.cli import main
+
+    code = main(["train", "--engine", "openrlhf", "--dry-run", "--model", "org/model", "--out", str(tmp_path),
+                 "--gpus-per-node", "2", "optim.micro_batch_size=2", "optim.mini_batch_size=4", override])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    (line,) = err.strip().splitlines()
+    assert line.startswith("error: the OpenRLHF 0.11.2 engine cannot run this config: " + override + ":")
+    assert fix in line
+
+
+def test_the_attention_implementation_is_resolved_at_launch_passed_and_recorded(monkeypatch):
+    cfg = load_config(algo="grpo", overrides=["model.name=m", "model.dtype=bfloat16", "optim.micro_batch_size=1",
+                                              "optim.mini_batch_size=8"])
+    assert cfg.openrlhf.attn_implementation == "auto"
+    for usable, expected in ((False, "sdpa"), (True, "flash_attention_2")):
+        monkeypatch.setattr(flags_module, "flash_attn_usable", lambda: usable)
+        plan = plan_launch(cfg, RUN, Cluster())
+        flags = plan.openrlhf_flags
+        assert flags[flags.index("--ds.attn_implementation") + 1] == expected
+        assert f"attn_implementation: {expected}" in plan.files[RUN / "config.yaml"]  # recorded as resolved
+        assert any(f"resolved to {expected}" in note for note in plan.notes)
+    explicit = load_config(algo="grpo", overrides=["model.name=m", "model.dtype=bfloat16", "optim.micro_batch_size=1",
+                                                   "optim.mini_batch_size=8", "openrlhf.attn_implementation=eager"])
+    flags = plan_launch(explicit, RUN, Cluster()).openrlhf_flags
+    assert flags[flags.index("--ds.attn_implementation") + 1] == "eager"
+
+
+def test_a_flash_attn_module_without_the_installed_package_does_not_count(monkeypatch):
+    # The CPU harness (and OpenRLHF's own tests) put a stand-in flash_attn module in sys.modules.
+    import sys
+    import types
+
+    import importlib.metadata
+
+    monkeypatch.setitem(sys.modules, "flash_attn", types.ModuleType("flash_attn"))
+    try:
+        importlib.metadata.version("flash_attn")
+        pytest.skip("flash-attn is installed here")
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    assert FLASH_ATTN_USABLE() is False
+
+
 # ----------------------------------------------------------------------------- OpenRLHF's own parser
 
 
@@ -304,9 +365,10 @@ def test_openrlhf_parses_the_grpo_and_snr_commands(monkeypatch):
     assert args.algo.advantage.estimator == "group_norm" and args.algo.kl.use_loss
     assert args.algo.kl.estimator == "k3" and args.actor.loss_agg_mode == "seq-mean-token-mean"
     cfg = load_config(env="frozen_lake", algo="ppo", filter="snr-top-p", overrides=[
-        "model.name=m", *SMALL, "model.lora_rank=8", "algo.dual_clip=3.0", "trainer.tensorboard=true"])
+        "model.name=m", *SMALL, "algo.dual_clip=3.0", "trainer.tensorboard=true", "openrlhf.attn_implementation=sdpa"])
     args = parse_with_openrlhf(plan_launch(cfg, RUN, Cluster(gpus_per_node=4)).openrlhf_flags, monkeypatch)
-    assert args.actor.dual_clip == 3.0 and args.ds.lora.rank == 8 and args.actor.num_gpus_per_node == 4
+    assert args.actor.dual_clip == 3.0 and args.ds.lora.rank == 0 and args.actor.num_gpus_per_node == 4
+    assert args.ds.attn_implementation == "sdpa" and args.ds.param_dtype == "bf16"
     assert args.logger.tensorboard_dir == f"{RUN}/tensorboard"
 
 
