@@ -3,12 +3,18 @@
 Writes into DIR:
   results.csv / results.json  one row per cell (validation success before training where the
                               suite measured it, final and best after; rewards, steps skipped,
-                              wall, rollout and update time, tokens), plus, in the JSON, the
-                              means and standard deviations over seeds
+                              wall, rollout and update time, tokens; the budget spent: episodes,
+                              sampled and update tokens, optimiser steps), plus, in the JSON, the
+                              means and standard deviations over seeds, the paired comparisons
+                              and the budget warnings
   report.md                   the paper-shaped table per matrix: validation success (%) per env
                               and algorithm, mean ± std over seeds, each filter's change from the
-                              baseline, published numbers beside ours where the suite has them;
-                              then every cell, and the cells that did not finish with the reason
+                              baseline, published numbers beside ours where the suite has them,
+                              and each pair of arms' paired difference over seeds (t and bootstrap
+                              CIs, sign-flip p; ragen2.bench.comparisons); then every cell, the
+                              budget each spent with a warning where arms differ in a budget the
+                              suite declares equal (`equal_budgets`), and the cells that did not
+                              finish with the reason
   plots/<env>.png             training curves per env (see ragen2.bench.plots)
 With `docs`, the report also goes into a markdown file to commit (between markers, so a
 hand-written reading around it survives a rebuild), with its plots and results.json beside it.
@@ -23,6 +29,7 @@ import math
 import shutil
 from pathlib import Path
 
+from ragen2.bench import comparisons as comparisons_lib
 from ragen2.bench.plots import plot_envs
 from ragen2.bench.published import PUBLISHED, published_value
 from ragen2.bench.runner import read_manifest, read_state
@@ -34,7 +41,8 @@ COLUMNS = ("name", "matrix", "env", "algo", "filter", "variant", "treatment", "r
            "steps", "steps_trained", "steps_skipped", "stop_reason", "val_success_before", "final_val_success",
            "best_val_success", "final_val_reward", "final_val_pass_at_g", "train_reward_mean", "last_train_reward",
            "kept_fraction_mean", "last_mi_zscore_ema", "wall_s", "rollout_s", "update_s", "rollout_tokens",
-           "response_tokens", "run_dir")
+           "response_tokens", "env_episodes", "update_tokens", "optimizer_steps", "optimizer_steps_per_trained_step",
+           "run_dir")
 AGGREGATED = ("val_success_before", "final_val_success", "best_val_success", "final_val_reward", "train_reward_mean",
               "steps_skipped", "wall_s", "rollout_s", "update_s", "rollout_tokens")
 # The phases a filter shrinks (they run on the kept groups only): their sum is the update time.
@@ -68,7 +76,12 @@ def cell_result(cell: dict) -> dict:
     def logged(key: str) -> list[float]:
         return [v for r in rows if (v := finite(r.get(key))) is not None]
 
+    def total(key: str) -> float | None:  # None where no row logged it (an older run, another engine)
+        values = logged(key)
+        return sum(values) if values else None
+
     rewards, mi = logged("rollout/reward_mean"), logged("probe/mi_zscore_ema")
+    optimizer_steps = total("update/optimizer_steps")
     rollout_s = logged("time/rollout_s")  # phase times: absent from an OpenRLHF run's rows
     update_s = [seconds for phase in UPDATE_PHASES for seconds in logged(f"time/{phase}_s")]
     row.update({
@@ -91,6 +104,11 @@ def cell_result(cell: dict) -> dict:
         "rollout_tokens": int(sum(logged("rollout/num_tokens"))),
         "response_tokens": int(round(sum((finite(r.get("rollout/response_tokens_mean")) or 0.0)
                                          * (finite(r.get("rollout/num_trajectories")) or 0.0) for r in rows))),
+        "env_episodes": total("rollout/num_trajectories"),
+        "update_tokens": total("update/tokens"),
+        "optimizer_steps": optimizer_steps,
+        "optimizer_steps_per_trained_step": (optimizer_steps / summary["steps_trained"]
+                                             if optimizer_steps is not None and summary["steps_trained"] else None),
     })
     return row
 
@@ -169,7 +187,8 @@ def matrix_table(matrix: str, cells: list[dict], stats: dict, published: str | N
     return lines
 
 
-def markdown(manifest: dict, results: list[dict], stats: dict, plots: list[Path]) -> str:
+def markdown(manifest: dict, results: list[dict], stats: dict, plots: list[Path], compared: list[dict] = (),
+             equal_budgets: list[str] = ()) -> str:
     cells = manifest["cells"]
     published = manifest.get("published")
     lines = [f"# Bench `{manifest['suite']}`", ""]
@@ -191,6 +210,7 @@ def markdown(manifest: dict, results: list[dict], stats: dict, plots: list[Path]
                   f"{first.get('settings', '')}", ""]
         lines += matrix_table(matrix, cells, stats, published)
         lines.append("")
+        lines += comparisons_lib.comparison_lines(matrix, list(compared))
     if published:
         lines += [f"Published rows: {PUBLISHED[published]['source']}, {PUBLISHED[published]['metric']}; "
                   "a different model and scale from ours unless the suite ran the paper's setting.", ""]
@@ -208,9 +228,11 @@ def markdown(manifest: dict, results: list[dict], stats: dict, plots: list[Path]
                      f"{fmt(r['kept_fraction_mean'], '.2f')} | "
                      f"{fmt(r['steps_skipped'], 'd')} | {fmt(r['last_mi_zscore_ema'])} | "
                      f"{fmt(wall, '.1f')} | {fmt(update, '.1f')} | {fmt(r['rollout_tokens'], 'd')} |")
+    lines += [""] + comparisons_lib.budget_lines(results, list(equal_budgets),
+                                                 comparisons_lib.warnings(list(compared)))
     unfinished = [r for r in results if r["status"] != "done"]
     if unfinished:
-        lines += ["", "## Not finished", ""]
+        lines += ["## Not finished", ""]
         lines += [f"- `{r['name']}`: {r['status']}" + (f" — {r['reason']}" if r["reason"] else "")
                   for r in unfinished]
     if plots:
@@ -226,6 +248,9 @@ def build_report(out: Path, with_plots: bool = True) -> dict:
     manifest = read_manifest(out)
     results = [cell_result(cell) for cell in manifest["cells"]]
     stats = aggregate(results)
+    equal_budgets = manifest.get("suite_data", {}).get("equal_budgets", [])
+    compared = comparisons_lib.compare(manifest["cells"], results, equal_budgets)
+    warnings = comparisons_lib.warnings(compared)
     with (out / "results.csv").open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=COLUMNS)
         writer.writeheader()
@@ -233,13 +258,15 @@ def build_report(out: Path, with_plots: bool = True) -> dict:
     (out / "results.json").write_text(json.dumps({
         "suite": manifest["suite"], "published": manifest.get("published"), "cells": results,
         "aggregated": [{"matrix": k[0], "env": k[1], "row": k[2], "treatment": k[3], **v}
-                       for k, v in stats.items()]}, indent=1))
+                       for k, v in stats.items()],
+        "equal_budgets": equal_budgets, "comparisons": compared, "budget_warnings": warnings}, indent=1))
     plots = []
     if with_plots and any(r["status"] == "done" for r in results):
         plots = plot_envs(out / "plots", manifest["cells"], results)
     report = out / "report.md"
-    report.write_text(markdown(manifest, results, stats, plots))
-    return {"csv": out / "results.csv", "json": out / "results.json", "markdown": report, "plots": plots}
+    report.write_text(markdown(manifest, results, stats, plots, compared, equal_budgets))
+    return {"csv": out / "results.csv", "json": out / "results.json", "markdown": report, "plots": plots,
+            "warnings": warnings}
 
 
 BEGIN, END = "<!-- generated by ragen2 bench report: begin -->", "<!-- generated: end -->"

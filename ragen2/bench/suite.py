@@ -8,6 +8,8 @@ A suite (configs/bench/NAME.yaml, or any path) looks like
     baseline: none                  # treatment the deltas are measured from (default: the first)
     keep_final_checkpoint: false    # keep the last checkpoint of a finished cell (for `ragen2 eval`)
     validate_before: false          # validate each cell's untrained model too (the curve's step 0)
+    equal_budgets: [env_episodes]   # budgets compared arms must spend equally: the report warns
+                                    # where they do not (names: ragen2.bench.comparisons.BUDGETS)
     scale_config: configs/paper/ragen2-main.yaml   # optional; its algo/filter sections are ignored
     seeds: [0, 1, 2]                # default for matrices that do not list their own
     overrides: [trainer.val_every=10]             # every cell
@@ -50,12 +52,14 @@ from pathlib import Path
 
 import yaml
 
+from ragen2.bench.comparisons import BUDGETS
 from ragen2.bench.published import PUBLISHED
 from ragen2.config import CONFIG_DIR, Config, ConfigError, build_config, load_config, upgrade_saved
 
 SUITE_DIR = CONFIG_DIR / "bench"
 SUITE_KEYS = {"name": str, "description": str, "published": str, "baseline": str, "keep_final_checkpoint": bool,
-              "validate_before": bool, "scale_config": str, "seeds": list, "overrides": list, "matrices": list}
+              "validate_before": bool, "scale_config": str, "seeds": list, "overrides": list, "matrices": list,
+              "equal_budgets": list}
 MATRIX_KEYS = {"name": str, "algos": list, "filters": list, "envs": list, "seeds": list, "models": list,
                "variants": dict, "overrides": list, "baseline": str, "compare": str}
 COMPARE = ("filter", "algo")  # what a matrix's table compares side by side within an env
@@ -201,6 +205,9 @@ def load_suite(name_or_path: str) -> Suite:
                 raise SuiteError(f"{where}.variants: name {name!r} may hold only letters, digits and _ . + -")
             _check_overrides(f"{where}.variants.{name}", items)
         _check_overrides(f"{where}.overrides", matrix.get("overrides", []))
+    unknown = [b for b in data.get("equal_budgets", []) if b not in BUDGETS]
+    if unknown:
+        raise SuiteError(f"{path}.equal_budgets: unknown budget(s) {unknown}; known: {list(BUDGETS)}")
     if "published" in data:
         if data["published"] not in PUBLISHED:
             raise SuiteError(f"{path}.published: unknown published setting {data['published']!r}; "

@@ -95,6 +95,7 @@ def run(args) -> int:
 
         paths = build_report(out, with_plots=not args.no_plots)
         print(f"report: {paths['markdown']} (+ results.csv, results.json, {len(paths['plots'])} plots)")
+        _print_warnings(paths)
         if args.docs:
             print(f"wrote {publish(args.docs, paths)}")
     if failed:
@@ -116,6 +117,13 @@ def run_report(args) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(f"wrote {paths['markdown']}, {paths['csv']}, {paths['json']} and {len(paths['plots'])} plot(s)")
+    _print_warnings(paths)
     if args.docs:
         print(f"wrote {publish(args.docs, paths)}")
     return 0
+
+
+def _print_warnings(paths: dict) -> None:
+    """Arms that spent a declared-equal budget unequally: their comparison is confounded by it."""
+    for line in paths["warnings"]:
+        print(f"warning: {line}", file=sys.stderr)

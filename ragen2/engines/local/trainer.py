@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import sys
 import time
 from contextlib import contextmanager
@@ -103,11 +104,13 @@ def train_step(run: Run) -> dict:
     run.completions = completions.pick(batch, cfg.trainer.log_completions, selection.kept.tolist())  # no RNG
     decision = run.stop_policy.observe(selection)
     metrics.update(run.stop_policy.metrics())
+    metrics["update/tokens"] = metrics["update/optimizer_steps"] = 0.0  # a skipped step spends none
     if not selection.skip:
         kept = adjust_rows(run, batch.select_groups(selection.kept), batch.input_ids.shape[0])
         metrics["batch/update_rows"] = float(kept.input_ids.shape[0])
         if kept.input_ids.shape[0]:  # delete mode can leave none
             metrics.update(update_on(run, kept, selection, timer))
+            metrics.update(update_budget(cfg, kept, metrics))
     metrics.update(timer.metrics())
     # The whole step, probe and gradient decomposition included (the loop adds validation).
     metrics["time/step_s"] = round(time.perf_counter() - step_started, 4)
@@ -117,6 +120,14 @@ def train_step(run: Run) -> dict:
         metrics["stop_reason"] = decision.reason
         run.log.event("stop", reason=decision.reason, message=decision.message, step=run.step)
     return metrics
+
+
+def update_budget(cfg: Config, batch: RolloutBatch, metrics: dict) -> dict:
+    """What the update spent, for the bench's budget columns: tokens through it (every epoch)
+    and optimiser steps taken (ppo_update's mini-batches, less those skipped as non-finite)."""
+    mini_batches = cfg.optim.ppo_epochs * math.ceil(batch.input_ids.shape[0] / cfg.optim.mini_batch_size)
+    return {"update/tokens": float(batch.num_tokens * cfg.optim.ppo_epochs),
+            "update/optimizer_steps": float(mini_batches - metrics["actor/nonfinite_skipped_minibatches"])}
 
 
 def adjust_rows(run: Run, kept: RolloutBatch, rollout_rows: int) -> RolloutBatch:

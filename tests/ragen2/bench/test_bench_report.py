@@ -39,6 +39,9 @@ def write_run(cell, final, skipped=0, wall=30.0, with_probe=False):
     ]
     if with_probe:
         rows[0]["probe/mi_zscore_ema"], rows[1]["probe/mi_zscore_ema"] = 0.8, 0.6
+    # budget counters: one optimiser step over 100 tokens per trained step, none on a skipped one
+    rows[0].update({"update/tokens": 100.0, "update/optimizer_steps": 1.0})
+    rows[1].update({"update/tokens": 0.0 if skipped else 120.0, "update/optimizer_steps": float(not skipped)})
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (run / "summary.json").write_text(json.dumps({
         "steps": 2, "steps_trained": 2 - skipped, "steps_skipped": skipped, "stop_reason": None,
@@ -133,6 +136,32 @@ def test_markdown_table_is_paper_shaped_with_deltas_and_published_numbers(bench)
     assert "| dapo |" in text and "| dapo | — | — | — | — |" in text  # its only cell failed
     assert "- `sokoban--dapo--none--s0`: failed — RuntimeError: CUDA out of memory" in text
     assert "16 of 17 cells finished" in text
+
+
+def test_paired_differences_budgets_and_warnings_where_declared_budgets_differ(bench, capsys):
+    manifest = json.loads((bench / "bench.json").read_text())
+    manifest["suite_data"] = {"equal_budgets": ["env_episodes", "optimizer_steps"]}
+    (bench / "bench.json").write_text(json.dumps(manifest))
+    assert main(["bench", "report", str(bench), "--no-plots"]) == 0
+    err = capsys.readouterr().err
+    row = next(r for r in csv.DictReader((bench / "results.csv").open()) if r["name"] == "sokoban--ppo--ragen2-main--s1")
+    assert (float(row["env_episodes"]), float(row["update_tokens"]), float(row["optimizer_steps"])) == (8, 100, 1)
+    assert float(row["optimizer_steps_per_trained_step"]) == 1.0  # 1 step over 1 trained step (1 skipped)
+    text = (bench / "report.md").read_text()
+    # ppo on sokoban: 0.30 − 0.10 and 0.40 − 0.20 → +20 points on both seeds; sd 0; sign flips
+    # (+,+) (−,−) (+,−) (−,+): |mean| >= 0.2 in 2 of 4 → p = 0.5
+    assert "| sokoban | ppo | ragen2-main − none | 2 | +20.0 | [+20.0, +20.0] | [+20.0, +20.0] | 0.5 |" in text
+    # countdown grpo: 0.70 − 0.60, 0.80 − 0.70
+    assert "| countdown | grpo | ragen2-main − none | 2 | +10.0 |" in text
+    # the filter arm skipped its second step: 1 optimiser step against 2, on both seeds, in all 4 rows
+    warning = ("main / sokoban / ppo: `ragen2-main` vs `none` differ in optimizer_steps, which the suite declares "
+               "equal (seed 0: 2 vs 1, seed 1: 2 vs 1)")
+    assert f"- **Warning**: {warning}" in text and text.count("- **Warning**") == 4
+    assert f"warning: {warning}" in err and "env_episodes" not in err.replace("env_episodes, optimizer_steps", "")
+    assert "| sokoban--ppo--none--s1 | 8 | 44 | 220 | 2 | 2 | 1 |" in text  # the budget table
+    data = json.loads((bench / "results.json").read_text())
+    assert data["equal_budgets"] == ["env_episodes", "optimizer_steps"] and len(data["budget_warnings"]) == 4
+    assert len(data["comparisons"]) == 4 and all(c["n"] == 2 for c in data["comparisons"])
 
 
 def test_plots_one_png_per_env_and_the_cli(bench, capsys):

@@ -167,6 +167,13 @@ def test_cli_runs_a_suite_in_process_then_reports(tmp_path, tiny_model_dir, caps
     assert [c["name"] for c in manifest["cells"]] == ["bandit--grpo--none--s0", "bandit--grpo--snr-top-p--s0"]
     rows = (out / "results.csv").read_text().splitlines()
     assert len(rows) == 3 and all(",done," in row for row in rows[1:])
+    # the budget each spent, from the trainer's counters: 1 step of 2 groups x 2 episodes; no
+    # filter trains all 4 rows in one optimiser step (mini-batch 4), every token once
+    cells = {c["name"]: c for c in json.loads((out / "results.json").read_text())["cells"]}
+    plain, filtered = cells["bandit--grpo--none--s0"], cells["bandit--grpo--snr-top-p--s0"]
+    assert (plain["env_episodes"], plain["optimizer_steps"], plain["optimizer_steps_per_trained_step"]) == (4, 1, 1)
+    assert plain["update_tokens"] == plain["rollout_tokens"] > plain["response_tokens"] > 0
+    assert filtered["env_episodes"] == 4 and filtered["optimizer_steps"] == filtered["steps_trained"]
     assert main(argv) == 0  # everything done: a second run only reports
     assert "bandit--grpo--none--s0: done" in capsys.readouterr().err
 

@@ -1,0 +1,134 @@
+"""The report's paired comparisons of arms and its budget checks.
+
+Arms are the treatments of one table row in one env of one matrix (e.g. the filters none,
+starpo-s, snr-top-p under one algorithm): every pair of them is compared on the seeds both
+finished (ragen2.bench.stats). Each cell's budget, what it actually spent, is read from its
+metrics rows by report.cell_result; a suite may declare budgets its arms must spend equally
+(`equal_budgets: [env_episodes, optimizer_steps_per_trained_step]`), and a pair whose cells of
+one seed differ in one of them gets a warning: the comparison is then confounded by it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from ragen2.bench.stats import paired_comparison
+
+# budget name -> its column in results (report.COLUMNS)
+BUDGETS = {
+    "env_episodes": "env_episodes",  # training episodes rolled out (validation not counted)
+    "sampled_tokens": "response_tokens",  # tokens the policy sampled in training rollouts
+    "update_tokens": "update_tokens",  # tokens through the update's forward/backward, every epoch
+    "optimizer_steps": "optimizer_steps",
+    "trained_steps": "steps_trained",  # steps not skipped by the filter
+    "optimizer_steps_per_trained_step": "optimizer_steps_per_trained_step",
+}
+COMPARED = "final_val_success"
+
+
+def arms_in_order(cells: list[dict], matrix: str) -> list[str]:
+    """The matrix's treatments, baseline first, then in the suite's order."""
+    mine = [c for c in cells if c["matrix"] == matrix]
+    treatments = list(dict.fromkeys(c["treatment"] for c in mine))
+    baseline = mine[0]["baseline"]
+    return [baseline] + [t for t in treatments if t != baseline] if baseline in treatments else treatments
+
+
+def _same(x, y) -> bool:
+    return math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-9)
+
+
+def budget_differences(a: dict[int, dict], b: dict[int, dict], budgets: list[str]) -> list[dict]:
+    """Per declared budget, the seeds on which the two arms' cells differ (or one did not record it)."""
+    out = []
+    for budget in budgets:
+        column = BUDGETS[budget]
+        unequal = [(seed, a[seed][column], b[seed][column]) for seed in sorted(a.keys() & b.keys())
+                   if a[seed][column] is None or b[seed][column] is None
+                   or not _same(a[seed][column], b[seed][column])]
+        if unequal:
+            out.append({"budget": budget, "seeds": [s for s, _, _ in unequal],
+                        "values": [[x, y] for _, x, y in unequal]})
+    return out
+
+
+def compare(cells: list[dict], results: list[dict], equal_budgets: list[str] = (),
+            metric: str = COMPARED) -> list[dict]:
+    """Every pair of arms within (matrix, env, row): `metric` of arm b − arm a over paired seeds,
+    and the declared budgets they spent unequally."""
+    done = {r["name"]: r for r in results if r["status"] == "done"}
+    comparisons = []
+    for matrix in dict.fromkeys(c["matrix"] for c in cells):
+        arms = arms_in_order(cells, matrix)
+        mine = [c for c in cells if c["matrix"] == matrix]
+        for env, row in dict.fromkeys((c["env"], c["row"]) for c in mine):
+            here = [c for c in mine if (c["env"], c["row"]) == (env, row)]
+            present = [arm for arm in arms if any(c["treatment"] == arm for c in here)]
+            by_arm = {arm: {c["seed"]: done[c["name"]] for c in here if c["treatment"] == arm and c["name"] in done}
+                      for arm in present}
+            for a, b in itertools.combinations(present, 2):
+                stats = paired_comparison({s: r[metric] for s, r in by_arm[a].items()},
+                                          {s: r[metric] for s, r in by_arm[b].items()})
+                comparisons.append({"matrix": matrix, "env": env, "row": row, "a": a, "b": b, "metric": metric,
+                                    **stats, "budget_differences": budget_differences(by_arm[a], by_arm[b],
+                                                                                      list(equal_budgets))})
+    return comparisons
+
+
+def warnings(comparisons: list[dict]) -> list[str]:
+    lines = []
+    for c in comparisons:
+        for d in c["budget_differences"]:
+            values = ", ".join(f"seed {s}: {_fmt(x)} vs {_fmt(y)}" for s, (x, y) in zip(d["seeds"], d["values"]))
+            lines.append(f"{c['matrix']} / {c['env']} / {c['row']}: `{c['b']}` vs `{c['a']}` differ in "
+                         f"{d['budget']}, which the suite declares equal ({values})")
+    return lines
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return "not recorded"
+    return f"{value:g}" if isinstance(value, float) and not value.is_integer() else f"{int(value)}"
+
+
+def _points(value) -> str:
+    return "—" if value is None else f"{100 * value:+.1f}"
+
+
+def _interval(ci) -> str:
+    return "—" if ci is None else f"[{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}]"
+
+
+def comparison_lines(matrix: str, comparisons: list[dict]) -> list[str]:
+    """The markdown table of one matrix's paired differences, in points of success rate."""
+    mine = [c for c in comparisons if c["matrix"] == matrix]
+    if not mine:
+        return []
+    label = {"final_val_success": "final validation success"}.get(mine[0]["metric"], mine[0]["metric"])
+    lines = [f"Paired differences of {label} (B − A, points; over the seeds "
+             "both arms finished; 95% CIs; exact sign-flip p, two-sided):", "",
+             "| env | row | B − A | n | mean | t CI | bootstrap CI | sign-flip p |", "|" + " --- |" * 8]
+    for c in mine:
+        p = "—" if c["sign_flip_p"] is None else f"{c['sign_flip_p']:.3g}" + ("" if c["p_exact"] else " (MC)")
+        lines.append(f"| {c['env']} | {c['row']} | {c['b']} − {c['a']} | {c['n']} | {_points(c['mean'])} | "
+                     f"{_interval(c['t_ci'])} | {_interval(c['bootstrap_ci'])} | {p} |")
+    return lines + [""]
+
+
+def budget_lines(results: list[dict], equal_budgets: list[str], warning_lines: list[str]) -> list[str]:
+    """The budget each cell spent, then the warnings (or that the declared budgets were equal)."""
+    names = list(BUDGETS)
+    lines = ["## Budget spent", "", "Training only (validation is the same in every arm). "
+             "Sampled tokens: the policy's rollout tokens; update tokens: prompt and response tokens through "
+             "the update, every epoch.", "",
+             "| cell | " + " | ".join(n.replace("_", " ") for n in names) + " |", "|" + " --- |" * (len(names) + 1)]
+    for r in results:
+        if r["status"] == "done":
+            lines.append(f"| {r['name']} | " + " | ".join(_fmt(r[BUDGETS[n]]) for n in names) + " |")
+    lines.append("")
+    if equal_budgets:
+        lines += [f"Declared equal across arms: {', '.join(equal_budgets)}.", ""]
+        lines += [f"- **Warning**: {w}" for w in warning_lines] or ["No compared arms differ in them."]
+        lines.append("")
+    return lines
