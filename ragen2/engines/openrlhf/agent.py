@@ -17,6 +17,13 @@ feedback without the chat template, and has no format penalty. Here:
   returned as a tensor. Success goes to `scores` and, with other env metrics, to `extra_logs`.
 - Only the sampled tokens are in `action_ranges`: template and env tokens are masked out of
   the loss by OpenRLHF's action mask.
+- End of turn as the local engine sees it (`finish_reason`): vLLM stops at the tokenizer's EOS
+  (finish "stop", stop_reason None) and at the model's generation-config EOS ids (finish "stop",
+  stop_reason = the token id), keeping the token either way; both are "eos" here, as the local
+  engine stops at the tokenizer's and the generation config's EOS ids. A stop string is "stop".
+- Rollout indices: the G samples of a prompt are G concurrent calls with the same label; they get
+  indices 0..G-1 (the label's `group_size`), every time the label comes back (each evaluation
+  replays the same validation instances), as the local engine numbers each group's members.
 - Env code (construction, reset, step, close) may block (DeepCoder runs a sandbox): it runs in
   a thread (`asyncio.to_thread`: the episode's `reset` and `take_reply`, the only calls that
   touch the env), never on the engine's event loop.
@@ -56,6 +63,7 @@ class EpisodeSpec:
     max_turns: int
     max_new_tokens: int
     max_response_words: int | None = None
+    group_size: int | None = None  # samples per prompt (None: a label written before it was added)
 
     @classmethod
     def from_label(cls, label) -> "EpisodeSpec":
@@ -83,21 +91,42 @@ def _sampled_logprobs(output, ids: list[int]) -> list[float]:
     return values
 
 
+_NO_STOP_REASON = object()
+
+
+def finish_reason(output, ids: list[int], eos_ids: set[int]) -> str:
+    """vLLM's completion in the episode's terms: "eos" (a sampled end-of-turn token, kept as the
+    last id), "stop" (a stop string) or "length"."""
+    reason = output.finish_reason
+    stop_reason = getattr(output, "stop_reason", _NO_STOP_REASON)
+    if not ids or reason != "stop":
+        return reason
+    if stop_reason is _NO_STOP_REASON:  # an engine that does not say why it stopped
+        return "eos" if ids[-1] in eos_ids else reason
+    # vLLM (v1 check_stop): its EOS leaves stop_reason None, a stop token id (the generation
+    # config's other EOS ids) sets it to that id; a stop string sets it to the string
+    if stop_reason is None or (isinstance(stop_reason, int) and not isinstance(stop_reason, bool)
+                               and ids[-1] == stop_reason):
+        return "eos"
+    return reason
+
+
 class AgentExecutor(AgentExecutorBase):
     def __init__(self):
-        # The G samples of one prompt are G calls with the same label: count them so that each
-        # gets its own rollout_index (its own dynamics coins on the same instance).
+        # The G samples of one prompt are G calls with the same label, started in order (OpenRLHF's
+        # generate_responses): count them so that each gets its own rollout_index (its own dynamics
+        # coins on the same instance), 0..G-1 again whenever the label comes back.
         self._members: dict[str, int] = defaultdict(int)
 
-    def _next_member(self, label) -> int:
+    def _next_member(self, label, group_size: int | None = None) -> int:
         key = label if isinstance(label, str) else json.dumps(label, sort_keys=True)
         member = self._members[key]
         self._members[key] += 1
-        return member
+        return member % group_size if group_size else member
 
     async def execute(self, prompt, label, sampling_params, max_length: int, hf_tokenizer, llm_engine, images=None):
         spec = EpisodeSpec.from_label(label)
-        member = self._next_member(label)
+        member = self._next_member(label, spec.group_size)
         env = await asyncio.to_thread(spec.make_env)
         try:
             return await self._play(spec, member, env, prompt, label, sampling_params, max_length, hf_tokenizer,
@@ -124,9 +153,7 @@ class AgentExecutor(AgentExecutorBase):
             output = request.outputs[0]
             ids = list(output.token_ids)  # vLLM samples min_tokens >= 1; an empty reply ends the episode
             logprobs = _sampled_logprobs(output, ids) if want_logprobs else [0.0] * len(ids)
-            # vLLM reports a sampled EOS as "stop", like a stop string; the episode tells them apart
-            finish = "eos" if ids and ids[-1] in eos_ids else output.finish_reason
-            await asyncio.to_thread(episode.take_reply, ids, logprobs, finish)
+            await asyncio.to_thread(episode.take_reply, ids, logprobs, finish_reason(output, ids, eos_ids))
         return self._result(episode, prompt, label, images, want_logprobs)
 
     @staticmethod

@@ -245,9 +245,10 @@ def prefill_tag(cfg: Config) -> str:
 def episode_label(cfg: Config, env_name: str, overrides: dict, seed: int) -> str:
     """The label of one prompt row: everything the agent needs to play one episode."""
     r = cfg.rollout
+    # group_size: the agent numbers a label's samples 0..G-1 (train and eval both sample G per row)
     return json.dumps({"env": env_name, "env_config": overrides, "seed": int(seed), "max_turns": r.max_turns,
-                       "max_new_tokens": r.max_new_tokens, "max_response_words": r.max_response_words},
-                      sort_keys=True)
+                       "max_new_tokens": r.max_new_tokens, "max_response_words": r.max_response_words,
+                       "group_size": r.group_size}, sort_keys=True)
 
 
 def dataset_rows(cfg: Config, split: str) -> list[dict]:

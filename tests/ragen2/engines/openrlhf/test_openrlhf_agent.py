@@ -57,8 +57,9 @@ class FakeEngine:
         ids = ids + [self.tokenizer.eos_token_id] if with_eos else ids
         self.calls.append((list(prompt_token_ids), sampling_params))
         logprobs = [{tok: SimpleNamespace(logprob=-0.01 * (i + 1))} for i, tok in enumerate(ids)]
-        output = SimpleNamespace(token_ids=ids, text=text, logprobs=logprobs,
-                                 finish_reason="stop")
+        # as vLLM reports them: EOS -> stop_reason None, a stop string -> the string
+        output = SimpleNamespace(token_ids=ids, text=text, logprobs=logprobs, finish_reason="stop",
+                                 stop_reason=None if with_eos else "</answer>")
         return SimpleNamespace(outputs=[output])
 
 
