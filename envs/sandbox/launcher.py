@@ -6,8 +6,13 @@
 #       read-only, mounts the work dir, pivots into the root, forks the program, reaps
 #       everything, reports the program's exit on the status pipe; its exit ends the
 #       namespace, so the kernel kills whatever the program left behind;
-#   program: drops to a fresh uid (root mode) or no capabilities (user namespace), sets
-#       limits, installs the seccomp allow-list (assembled by the host), runs the code.
+#   program: leaves our session and process group, drops to a fresh uid (root mode) or no
+#       capabilities (user namespace), sets limits, installs the seccomp allow-list
+#       (assembled by the host), runs the code.
+# The program must not reach its supervisors: in its own session it can name neither the
+# launcher's group nor (outside its PID namespace) the launcher; the reaper, its namespace's
+# init, has no signal handler, so the kernel drops every signal sent to it from inside; both
+# are non-dumpable, so their /proc files are root's, not the program's uid's (userns mode).
 import ctypes, os, resource, sys, builtins, atexit, errno, _signal
 
 C = eval(sys.argv[1], {"__builtins__": {}})  # a dict literal the host wrote (repr of str/int/list/tuple)
@@ -153,6 +158,8 @@ def install_seccomp(shm_allowed):
 
 
 def drop_privileges(shm_limited):
+    os.setsid()  # kill(0, ...) and killpg() now reach the program's own processes only
+    check(libc.prctl(4, 1, 0, 0, 0), "prctl(PR_SET_DUMPABLE, 1)")  # its own /proc files (the reaper's stay root's)
     L = C["limits"]
     # RLIMIT_NPROC counts per uid within a user namespace (Linux >= 5.14): in userns mode the
     # launcher and the reaper share the program's uid there, so they are added.
@@ -185,6 +192,7 @@ def drop_privileges(shm_limited):
 
 
 def run_program():
+    _signal.signal(_signal.SIGINT, _signal.default_int_handler)  # KeyboardInterrupt, as in any Python
     main = type(sys)("__main__")
     main.__file__, main.__builtins__ = "program.py", builtins
     sys.modules["__main__"], sys.argv, sys.path[:0] = main, ["program.py"], [WORK]
@@ -257,6 +265,9 @@ def reaper(inputs):
 
 
 try:
+    # No handler: the kernel then drops every signal the program sends the reaper (a namespace's
+    # init), where Python's SIGINT handler would turn one into a KeyboardInterrupt, an error verdict.
+    _signal.signal(_signal.SIGINT, _signal.SIG_DFL)
     check(libc.prctl(1, 9, 0, 0, 0), "prctl(PR_SET_PDEATHSIG, SIGKILL)")  # the host dies: we die
     if os.getppid() != C["host_pid"]:
         os._exit(0)
@@ -267,6 +278,10 @@ try:
     except OSError:
         pass
     files = isolate()
+    # After the uid_map writes (a non-dumpable process's /proc files are root's): the reaper
+    # inherits it, so the program cannot write /proc/1/{oom_score_adj,coredump_filter,clear_refs}
+    # nor open /proc/1/fd/* (the status pipe) in userns mode, where it shares their uid.
+    check(libc.prctl(4, 0, 0, 0, 0), "prctl(PR_SET_DUMPABLE, 0)")
     pid = os.fork()
     if pid == 0:
         try:

@@ -5,13 +5,17 @@ opens sockets and files without the calls checked here), keyctl / add_key / requ
 (kernel keyrings outlive the run), bpf, perf_event_open, ptrace, process_vm_*, userfaultfd,
 memfd_create (unaccounted shared memory), SysV message queues and semaphores, mount,
 umount, pivot_root, chroot, unshare, setns, set*uid / set*gid, chown, personality, kexec,
-reboot, module loading. Three calls are allowed only with safe arguments (the launcher
-checks them in BPF): socket() for AF_INET / AF_INET6 only (the network namespace has no
-route out; AF_UNIX could reach a socket file or, through a datagram socket, any host
-listener), socketpair() for AF_UNIX SOCK_STREAM only (asyncio's and multiprocessing's
-self-pipes: a connected stream pair cannot be pointed elsewhere), clone() without any
-CLONE_NEW* flag, prlimit64() on the caller itself only (in user-namespace mode the reaper
-shares the program's uid, and lowering its limits would end the run unreported). clone3 hides its flags in memory, so it gets ENOSYS and libc falls back
+reboot, module loading, flock (the root's files are the host's inodes: a lock there holds
+against the host), sendmsg / sendmmsg (SCM_RIGHTS would keep sockets alive in flight, past
+the descriptor limit that bounds their buffers; send / sendto remain). Some calls are
+allowed only with safe arguments (checked in BPF): socket() for AF_INET / AF_INET6 only (the
+network namespace has no route out; AF_UNIX could reach a socket file or, through a datagram
+socket, any host listener), socketpair() for AF_UNIX SOCK_STREAM only (asyncio's and
+multiprocessing's self-pipes: a connected stream pair cannot be pointed elsewhere), fcntl()
+with the commands of FCNTL_ALLOWED only, setsockopt() without the buffer-size options,
+clone() without any CLONE_NEW* flag, prlimit64() on the caller itself only (in
+user-namespace mode the reaper shares the program's uid, and lowering its limits would end
+the run unreported). clone3 hides its flags in memory, so it gets ENOSYS and libc falls back
 to clone. Numbers are from the kernel's asm/unistd_64.h (x86_64) and asm-generic/unistd.h
 (aarch64).
 """
@@ -29,8 +33,8 @@ ALLOWED = {
     'dup3': 292, 'epoll_create': 213, 'epoll_create1': 291, 'epoll_ctl': 233, 'epoll_pwait': 281,
     'epoll_pwait2': 441, 'epoll_wait': 232, 'eventfd': 284, 'eventfd2': 290, 'execve': 59, 'execveat': 322,
     'exit': 60, 'exit_group': 231, 'faccessat': 269, 'faccessat2': 439, 'fadvise64': 221, 'fallocate': 285,
-    'fchdir': 81, 'fchmod': 91, 'fchmodat': 268, 'fcntl': 72, 'fdatasync': 75, 'fgetxattr': 193,
-    'flistxattr': 196, 'flock': 73, 'fork': 57, 'fstat': 5, 'fstatfs': 138, 'fsync': 74, 'ftruncate': 77,
+    'fchdir': 81, 'fchmod': 91, 'fchmodat': 268, 'fdatasync': 75, 'fgetxattr': 193,
+    'flistxattr': 196, 'fork': 57, 'fstat': 5, 'fstatfs': 138, 'fsync': 74, 'ftruncate': 77,
     'futex': 202, 'futimesat': 261, 'get_robust_list': 274, 'getcpu': 309, 'getcwd': 79, 'getdents': 78,
     'getdents64': 217, 'getegid': 108, 'geteuid': 107, 'getgid': 104, 'getgroups': 115, 'getitimer': 36,
     'getpeername': 52, 'getpgid': 121, 'getpgrp': 111, 'getpid': 39, 'getppid': 110, 'getpriority': 140,
@@ -47,9 +51,9 @@ ALLOWED = {
     'rt_sigpending': 127, 'rt_sigprocmask': 14, 'rt_sigqueueinfo': 129, 'rt_sigreturn': 15,
     'rt_sigsuspend': 130, 'rt_sigtimedwait': 128, 'sched_get_priority_max': 146, 'sched_get_priority_min': 147,
     'sched_getaffinity': 204, 'sched_getparam': 143, 'sched_getscheduler': 145, 'sched_rr_get_interval': 148,
-    'sched_setaffinity': 203, 'sched_yield': 24, 'select': 23, 'sendfile': 40, 'sendmmsg': 307, 'sendmsg': 46,
+    'sched_setaffinity': 203, 'sched_yield': 24, 'select': 23, 'sendfile': 40, 
     'sendto': 44, 'set_robust_list': 273, 'set_tid_address': 218, 'setitimer': 38, 'setpgid': 109,
-    'setpriority': 141, 'setrlimit': 160, 'setsid': 112, 'setsockopt': 54, 'shmat': 30, 'shmctl': 31,
+    'setpriority': 141, 'setrlimit': 160, 'setsid': 112, 'shmat': 30, 'shmctl': 31,
     'shmdt': 67, 'shmget': 29, 'shutdown': 48, 'sigaltstack': 131, 'signalfd': 282, 'signalfd4': 289,
     'splice': 275, 'stat': 4, 'statfs': 137, 'statx': 332, 'symlink': 88,
     'symlinkat': 266, 'sysinfo': 99, 'tee': 276, 'tgkill': 234, 'time': 201, 'timer_create': 222,
@@ -64,7 +68,7 @@ ALLOWED = {
     'connect': 203, 'copy_file_range': 285, 'dup': 23, 'dup3': 24, 'epoll_create1': 20, 'epoll_ctl': 21,
     'epoll_pwait': 22, 'epoll_pwait2': 441, 'eventfd2': 19, 'execve': 221, 'execveat': 281, 'exit': 93,
     'exit_group': 94, 'faccessat': 48, 'faccessat2': 439, 'fadvise64': 223, 'fallocate': 47, 'fchdir': 50,
-    'fchmod': 52, 'fchmodat': 53, 'fcntl': 25, 'fdatasync': 83, 'fgetxattr': 10, 'flistxattr': 13, 'flock': 32,
+    'fchmod': 52, 'fchmodat': 53, 'fdatasync': 83, 'fgetxattr': 10, 'flistxattr': 13, 
     'fstat': 80, 'fstatat': 79, 'fstatfs': 44, 'fsync': 82, 'ftruncate': 46, 'futex': 98,
     'get_robust_list': 100, 'getcpu': 168, 'getcwd': 17, 'getdents64': 61, 'getegid': 177, 'geteuid': 175,
     'getgid': 176, 'getgroups': 158, 'getitimer': 102, 'getpeername': 205, 'getpgid': 155, 'getpid': 172,
@@ -80,9 +84,9 @@ ALLOWED = {
     'rt_sigpending': 136, 'rt_sigprocmask': 135, 'rt_sigqueueinfo': 138, 'rt_sigreturn': 139,
     'rt_sigsuspend': 133, 'rt_sigtimedwait': 137, 'sched_get_priority_max': 125, 'sched_get_priority_min': 126,
     'sched_getaffinity': 123, 'sched_getparam': 121, 'sched_getscheduler': 120, 'sched_rr_get_interval': 127,
-    'sched_setaffinity': 122, 'sched_yield': 124, 'sendfile': 71, 'sendmmsg': 269, 'sendmsg': 211,
+    'sched_setaffinity': 122, 'sched_yield': 124, 'sendfile': 71, 
     'sendto': 206, 'set_robust_list': 99, 'set_tid_address': 96, 'setitimer': 103, 'setpgid': 154,
-    'setpriority': 140, 'setrlimit': 164, 'setsid': 157, 'setsockopt': 208, 'shmat': 196, 'shmctl': 195,
+    'setpriority': 140, 'setrlimit': 164, 'setsid': 157, 'shmat': 196, 'shmctl': 195,
     'shmdt': 197, 'shmget': 194, 'shutdown': 210, 'sigaltstack': 132, 'signalfd4': 74,     'splice': 76, 'statfs': 43, 'statx': 291, 'symlinkat': 36, 'sysinfo': 179, 'tee': 77,
     'tgkill': 131, 'timer_create': 107, 'timer_delete': 111, 'timer_getoverrun': 109, 'timer_gettime': 108,
     'timer_settime': 110, 'timerfd_create': 85, 'timerfd_gettime': 87, 'timerfd_settime': 86, 'times': 153,
@@ -92,12 +96,22 @@ ALLOWED = {
 }
 # Checked on their arguments, or needed by the launcher before the filter is installed.
 SPECIAL = {
-    "x86_64": {'socket': 41, 'socketpair': 53, 'clone': 56, 'clone3': 435, 'pivot_root': 155, 'mount_setattr': 442, 'keyctl': 250, 'umount2': 166, 'mount': 165, 'setgroups': 116, 'prlimit64': 302},
-    "aarch64": {'socket': 198, 'socketpair': 199, 'clone': 220, 'clone3': 435, 'pivot_root': 41, 'mount_setattr': 442, 'keyctl': 219, 'umount2': 39, 'mount': 40, 'setgroups': 159, 'prlimit64': 261},
+    "x86_64": {'socket': 41, 'socketpair': 53, 'fcntl': 72, 'setsockopt': 54, 'clone': 56, 'clone3': 435, 'pivot_root': 155, 'mount_setattr': 442, 'keyctl': 250, 'umount2': 166, 'mount': 165, 'setgroups': 116, 'prlimit64': 302},
+    "aarch64": {'socket': 198, 'socketpair': 199, 'fcntl': 25, 'setsockopt': 208, 'clone': 220, 'clone3': 435, 'pivot_root': 41, 'mount_setattr': 442, 'keyctl': 219, 'umount2': 39, 'mount': 40, 'setgroups': 159, 'prlimit64': 261},
 }
 # AUDIT_ARCH_* values: a call made through another ABI (x32, ia32) is killed.
 AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
-CONDITIONAL = ("socket", "socketpair", "clone", "clone3", "prlimit64")
+CONDITIONAL = ("socket", "socketpair", "fcntl", "setsockopt", "clone", "clone3", "prlimit64")
+# fcntl commands a program may use (descriptor flags, status flags, dup, reading a pipe's size).
+# Refused, among others: every lock command (F_SETLK, F_SETLKW, F_GETLK, F_OFD_*: the root's
+# files are the host's inodes, so a lock there holds against the host and other runs),
+# F_SETLEASE, F_NOTIFY, F_SETOWN*/F_SETSIG (signals to a chosen process), F_SETPIPE_SZ (it
+# spends the uid's pipe budget, shared with the host in user-namespace mode), F_ADD_SEALS.
+FCNTL_ALLOWED = (0, 1, 2, 3, 4, 1030, 1032)  # DUPFD GETFD SETFD GETFL SETFL DUPFD_CLOEXEC GETPIPE_SZ
+# setsockopt(SOL_SOCKET, ...) options refused: SO_SNDBUF, SO_RCVBUF, SO_SNDBUFFORCE, SO_RCVBUFFORCE.
+# Socket buffers are kernel memory RLIMIT_AS does not count; at the host's default size the
+# descriptor limit bounds them (docs/sandbox.md).
+SOCKET_BUFFER_OPTIONS = (7, 8, 32, 33)
 
 
 def policy(machine: str) -> dict:
@@ -121,7 +135,7 @@ EPERM, ENOSYS = 0x50000 | errno.EPERM, 0x50000 | errno.ENOSYS  # SECCOMP_RET_ERR
 def assemble(machine: str, shm_allowed: bool) -> list[tuple[int, int, int, int]]:
     """The filter as (code, jt, jf, k) rows. seccomp_data: nr at 0, arch at 4, args from 16.
     Allowed numbers come as "if equal fall through to RET ALLOW, else skip it" pairs, so
-    no jump is long; the three checked calls have their own short blocks."""
+    no jump is long; the checked calls have their own short blocks."""
     p = policy(machine)
     allow = [n for n in p["allow"] if shm_allowed or n not in p["shm"]]
     code = [
@@ -129,7 +143,8 @@ def assemble(machine: str, shm_allowed: bool) -> list[tuple[int, int, int, int]]
         ("nr", LD, 0, None, None), (None, JGE, 0x40000000, "enosys", None),  # the x32 ABI
         (None, JEQ, p["clone3"], "enosys", None), (None, JEQ, p["socket"], "socket", None),
         (None, JEQ, p["socketpair"], "pair", None), (None, JEQ, p["clone"], "clone", None),
-        (None, JEQ, p["prlimit64"], "prlimit", None), (None, JA, "chain", None, None),
+        (None, JEQ, p["prlimit64"], "prlimit", None), (None, JEQ, p["fcntl"], "fcntl", None),
+        (None, JEQ, p["setsockopt"], "sockopt", None), (None, JA, "chain", None, None),
         ("enosys", RET, ENOSYS, None, None),
         ("socket", LD, 16, None, None), (None, JEQ, 2, "ok1", None), (None, JEQ, 10, "ok1", None),  # INET, INET6
         (None, RET, EPERM, None, None), ("ok1", RET, ALLOW, None, None),
@@ -140,6 +155,12 @@ def assemble(machine: str, shm_allowed: bool) -> list[tuple[int, int, int, int]]
         ("no3", RET, EPERM, None, None),
         ("prlimit", LD, 16, None, None), (None, JEQ, 0, "ok4", None), (None, RET, EPERM, None, None),  # pid 0
         ("ok4", RET, ALLOW, None, None),
+        ("fcntl", LD, 24, None, None),  # the command (an int: the low word is all the kernel reads)
+        *[(None, JEQ, command, "ok5", None) for command in FCNTL_ALLOWED],
+        (None, RET, EPERM, None, None), ("ok5", RET, ALLOW, None, None),
+        ("sockopt", LD, 24, None, None), (None, JEQ, 1, None, "ok6"), (None, LD, 32, None, None),  # SOL_SOCKET:
+        *[(None, JEQ, option, "no6", None) for option in SOCKET_BUFFER_OPTIONS],  # the option name
+        ("ok6", RET, ALLOW, None, None), ("no6", RET, EPERM, None, None),
     ]
     rows, labels = [], {}
     for label, op, k, jt, jf in code:

@@ -1,12 +1,20 @@
 """The hostile programs of tests/envs/test_sandbox_hostile.py: each Case is a program that tries
 one way out of the sandbox (kernel interfaces beyond files and network, host socket files of
-every kind, shared memory, stdin, supplementary groups, the allow-listed root), the verdicts it
-may get, text it must print (it really ran its attack) and text it must never print. Written
-against a Host (its listeners and planted key); the test file builds the Host and judges."""
+every kind, shared memory, stdin, supplementary groups, the allow-listed root, the supervisors'
+signals and /proc files, kernel buffers past the address-space limit, locks on host inodes,
+the per-uid pipe budget), the verdicts it may get, text it must print (it really ran its
+attack) and text it must never print. Written against a Host (its listeners and planted key);
+the test file builds the Host and judges.
+
+A case with a `probe` stops mid-run in `hold()`: it names itself `marker` (comm), leaves its
+claims in /sandbox/claims.json and waits for SIGUSR1; the host finds it by that name, checks
+its own side while the program still holds what it took (test_sandbox_hostile.PROBES), then
+releases it. The program prints "host probed" only if the host came."""
 
 from __future__ import annotations
 
 import os
+import secrets
 import sys
 import textwrap
 from dataclasses import dataclass, field
@@ -43,6 +51,22 @@ class Case:
     forbidden: tuple[str, ...] = ("ESCAPED", "ALLOWED", "CONNECTED", "SENT", "FOUND", CANARY, KEY_NAME)
     stdin: str = ""
     x86_only: bool = False
+    exit_code: int | None = None  # the program's own exit status, where the verdict must be its own
+    probe: str = ""  # the host-side check run while the program holds (test_sandbox_hostile.PROBES)
+    marker: str = ""  # the name (comm) the program takes while it holds: how the host finds it
+
+
+# Defined in probed programs: the rendezvous with the host's probe (see the module docstring).
+HOLD = """
+def hold(claims=None):
+    import json, signal
+    with open('claims.json', 'w') as handle:
+        json.dump(claims or {{}}, handle)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {{signal.SIGUSR1}})
+    libc.prctl(15, {marker!r}.encode(), 0, 0, 0)  # PR_SET_NAME
+    released = signal.sigtimedwait({{signal.SIGUSR1}}, 12)
+    print('host probed' if released else 'the host never came', flush=True)
+"""
 
 
 def hostile_cases(h: Host, total_guard: bool | None = None) -> list[Case]:
@@ -248,6 +272,236 @@ def hostile_cases(h: Host, total_guard: bool | None = None) -> list[Case]:
                     pass
             print('ESCAPED fds', extra) if extra else print('only 0 1 2')""", ("ok",), ("only 0 1 2",)),
     ]
+    cases += supervisor_cases() + kernel_buffer_cases() + lock_cases()
     for case in cases:
-        case.program = head + textwrap.dedent(case.program)
+        hold = ""
+        if case.probe:
+            case.marker = "r2h" + secrets.token_hex(6)  # fresh per call: runs of two suites never meet
+            hold = HOLD.format(marker=case.marker)
+            case.required += ("host probed",)
+        case.program = head + hold + textwrap.dedent(case.program)
     return [case for case in cases if X86 or not case.x86_only]
+
+
+def supervisor_cases() -> list[Case]:
+    """The reaper (pid 1 inside) and the launcher (outside the PID namespace): signals the program
+    can send them, directly, to its groups or through SIGIO, and their /proc files."""
+    return [
+        Case("every_signal_to_every_pid_and_group", """
+            import signal, time
+            me, group = os.getpid(), os.getpgrp()
+            print('own session', os.getsid(0) == me, 'own group', group == me)
+            unignorable = {signal.SIGKILL, signal.SIGSTOP, 32, 33}  # glibc keeps 32 and 33 for itself
+            for number in range(1, 65):
+                if number not in unignorable:
+                    signal.signal(number, signal.SIG_IGN)
+            targets = [0, -1, 1, os.getppid(), *range(2, 33), *range(-32, -1)]
+            sent = 0
+            for number in range(1, 65):
+                for target in targets:
+                    if number in unignorable and target in (0, me, -group):
+                        continue  # itself: the verdict would be its own death, not the sandbox's
+                    try:
+                        os.kill(target, number)
+                        sent += 1
+                    except OSError:
+                        pass
+            time.sleep(0.3)  # signals are delivered before kill() returns; handlers may lag
+            print('signals sent', sent > 0)
+            hold()
+            sys.exit(3)""", ("runtime_error",), ("own session True own group True", "signals sent True"),
+             exit_code=3, probe="supervisors"),
+        Case("supervisor_proc_files", """
+            for pid in sorted({1, os.getppid()}):
+                for name, text in (('oom_score_adj', '1000'), ('coredump_filter', '0x7f'), ('clear_refs', '5'),
+                                   ('timerslack_ns', '1')):
+                    try:
+                        with open(f'/proc/{pid}/{name}', 'w') as handle:
+                            handle.write(text)
+                        print('ESCAPED wrote', pid, name)
+                    except OSError as error:
+                        print('denied', name, error.errno)
+                for name in ('mem', 'environ', 'fd/0', 'fd/1', 'fd/2', 'fd/3', 'fd/4', 'fd/5'):
+                    try:
+                        os.close(os.open(f'/proc/{pid}/{name}', os.O_RDONLY if name[0] in 'em' else os.O_WRONLY))
+                        print('ESCAPED opened', pid, name)
+                    except OSError as error:
+                        print('denied', name, error.errno)
+            hold()""", ("ok",), ("denied oom_score_adj", "denied coredump_filter", "denied clear_refs"),
+             probe="supervisors"),
+        Case("sigio_owner_signals_to_the_supervisors", """
+            import fcntl, signal, struct
+            read_end, write_end = os.pipe()
+            for name, command, argument in (('F_SETOWN reaper', 8, 1), ('F_SETSIG SIGINT', 10, signal.SIGINT),
+                                            ('F_SETOWN_EX group', 15, struct.pack('ii', 2, 1)),
+                                            ('F_SETOWN group 0', 8, 0)):
+                try:
+                    fcntl.fcntl(read_end, command, argument)
+                    print('ALLOWED', name)
+                except OSError as error:
+                    print('denied', name, error.errno)
+            fcntl.fcntl(read_end, fcntl.F_SETFL, os.O_ASYNC | os.O_NONBLOCK)
+            for _ in range(20):  # each write would be a signal to the owner, were there one
+                os.write(write_end, b'x')
+                os.read(read_end, 1)
+            hold()
+            sys.exit(4)""", ("runtime_error",), ("denied F_SETOWN reaper", "denied F_SETSIG SIGINT"),
+             exit_code=4, probe="supervisors"),
+    ]
+
+
+def kernel_buffer_cases() -> list[Case]:
+    """Kernel memory that RLIMIT_AS does not count: socket buffers raised past the host's default,
+    socket pairs kept alive in flight (SCM_RIGHTS cycles), pipes grown towards the uid's budget."""
+    # Up to max_processes processes, each filling what its descriptors hold; they wait at the end
+    # so that the host probes them all alive.
+    fork_all = """
+            def in_every_process(work, escaped, count=7):  # -> (what work() kept here, children's escapes)
+                ready_r, ready_w = os.pipe()
+                for _ in range(count):
+                    try:
+                        if os.fork() == 0:
+                            os.close(ready_r)
+                            kept = work()
+                            os.write(ready_w, b'+' if escaped(kept) else b'.')
+                            time.sleep(60)  # until the program ends: its namespace takes us along
+                            os._exit(0)
+                    except OSError:
+                        break
+                os.close(ready_w)
+                kept = work()
+                ready = b''
+                while len(ready) < count:
+                    chunk = os.read(ready_r, 8)
+                    if not chunk:
+                        break
+                    ready += chunk
+                os.close(ready_r)
+                return kept, ready.count(b'+')
+            """
+    return [
+        Case("socket_buffers_in_every_process", fork_all + """
+            import time
+
+            def fill():  # as many pairs as the descriptors allow, each end asked for 64 MiB, all full
+                pairs, queued, answers = [], 0, set()
+                while len(pairs) < 30:
+                    try:
+                        pair = socket.socketpair()
+                    except OSError:
+                        break
+                    for end in pair:
+                        for option in (7, 8, 32, 33):  # SO_SNDBUF, SO_RCVBUF and their FORCE forms
+                            try:
+                                end.setsockopt(socket.SOL_SOCKET, option, 64 << 20)
+                                answers.add(f'ALLOWED buffer option {option}')
+                            except OSError as error:
+                                answers.add(f'refused buffer option {option} {error.errno}')
+                        end.setblocking(False)
+                        try:
+                            while True:
+                                queued += end.send(bytes(65536))
+                        except BlockingIOError:
+                            pass
+                    pairs.append(pair)
+                return pairs, queued, answers
+            (pairs, queued, answers), _ = in_every_process(fill, lambda kept: False)
+            print(*sorted(answers), sep='\\n')
+            print('pairs', len(pairs), 'queued KiB here', queued >> 10)
+            hold()""", ("ok",), ("refused buffer option 7", "refused buffer option 8", "pairs 30"),
+             probe="sockets"),
+        Case("socket_pairs_kept_alive_in_flight", """
+            import array
+            keep, inside = socket.socketpair()  # what it sends into `keep` waits in `inside`'s queue
+            sent, refused = 0, None
+            for _ in range(200):
+                a, b = socket.socketpair()
+                a.setblocking(False)
+                try:
+                    while True:
+                        a.send(bytes(65536))
+                except BlockingIOError:
+                    pass
+                try:  # a full pair, alive with no descriptor of its own: past the descriptor limit
+                    keep.sendmsg([b'x'], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array('i', [a.fileno(), b.fileno()]))])
+                    sent += 1
+                except OSError as error:
+                    refused = error.errno
+                a.close()
+                b.close()
+            print('ALLOWED pairs in flight', sent) if sent else print('refused sendmsg', refused)
+            hold()""", ("ok",), ("refused sendmsg 1",), probe="in_flight"),
+        Case("pipes_grown_towards_the_uid_budget", fork_all + """
+            import fcntl, time
+
+            def grow():  # a pipe per descriptor (one end is enough to keep it), each asked for 1 MiB
+                pipes, grown, refused = [], 0, None
+                for _ in range(59):
+                    read_end, write_end = os.pipe()
+                    try:
+                        fcntl.fcntl(write_end, 1031, 1 << 20)  # F_SETPIPE_SZ
+                        grown += 1
+                    except OSError as error:
+                        refused = error.errno
+                    os.close(read_end)
+                    pipes.append(write_end)
+                return pipes, grown, refused
+            (pipes, grown, refused), children_grew = in_every_process(grow, lambda kept: kept[1])
+            print('ALLOWED F_SETPIPE_SZ', grown, children_grew) if grown or children_grew else \
+                print('refused F_SETPIPE_SZ', refused)
+            print('pipes', len(pipes))
+            hold()""", ("ok",), ("refused F_SETPIPE_SZ 1", "pipes 59"), probe="pipes"),
+    ]
+
+
+def lock_cases() -> list[Case]:
+    """Locks on the host inodes the root binds (interpreter, libc, loader cache, stdlib, /dev/null):
+    the host takes the same locks while the program holds whatever it got."""
+    files = """
+            import fcntl, struct
+            files = [sys.executable, os.__file__, '/etc/ld.so.cache', '/dev/null']
+            try:
+                files += sorted({line.split()[-1] for line in open('/proc/self/maps') if '/libc.so' in line})
+            except OSError:
+                pass  # no /proc in this user namespace: the other files still share their inodes
+            handles = []
+            """
+    return [
+        Case("flock_on_host_files", files + """
+            for path in files:
+                handle = open(path, 'rb')
+                handles.append(handle)
+                for name, operation in (('exclusive', fcntl.LOCK_EX), ('shared', fcntl.LOCK_SH)):
+                    try:
+                        fcntl.flock(handle, operation | fcntl.LOCK_NB)
+                        print('ESCAPED', name, 'flock on', path)
+                        break
+                    except OSError as error:
+                        print('refused', name, 'flock', os.path.basename(path), error.errno)
+            hold({'files': files})""", ("ok",), ("refused exclusive flock ld.so.cache 1", "refused shared flock null 1"),
+             probe="locks"),
+        Case("posix_and_ofd_locks_on_host_files", files + """
+            for path in files:
+                writable = path == '/dev/null'
+                handle = open(path, 'r+b' if writable else 'rb')
+                handles.append(handle)
+                kind = fcntl.F_WRLCK if writable else fcntl.F_RDLCK  # a read-only file takes read locks
+                for name, command in (('posix', fcntl.F_SETLK), ('ofd', fcntl.F_OFD_SETLK), ('query', fcntl.F_GETLK)):
+                    try:  # struct flock: type, whence, start, length (0: to the end), pid
+                        fcntl.fcntl(handle, command, struct.pack('hhqqi4x', kind, 0, 0, 0, 0))
+                        print('ESCAPED', name, 'lock on', path)
+                    except OSError as error:
+                        print('refused', name, os.path.basename(path), error.errno)
+                try:
+                    fcntl.fcntl(handle, fcntl.F_SETLEASE, fcntl.F_RDLCK)
+                    print('ESCAPED lease on', path)
+                except OSError as error:
+                    print('refused lease', os.path.basename(path), error.errno)
+            try:  # the cost: its own files take no locks either (sqlite3 needs ':memory:')
+                fcntl.lockf(open('mine', 'w'), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                print('own file locked')
+            except OSError as error:
+                print('own file lock refused', error.errno)
+            hold({'files': files})""", ("ok",), ("refused posix null 1", "refused ofd null 1", "refused posix os.py 1"),
+             probe="locks"),
+    ]

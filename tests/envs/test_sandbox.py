@@ -368,6 +368,17 @@ def test_the_seccomp_filter_is_an_allow_list(machine):
     for namespace in (0x10000000, 0x20000, 0x40000000, 0x20000000, 0x80):
         assert run(special["clone"], namespace | 17) == eperm
     assert run(special["prlimit64"], 0) == allow and run(special["prlimit64"], 1) == eperm
+    # fcntl: descriptor and status flags, dup, a pipe's size; no lock, lease, owner, pipe growth
+    for command in (0, 1, 2, 3, 4, 1030, 1032):  # DUPFD GETFD SETFD GETFL SETFL DUPFD_CLOEXEC GETPIPE_SZ
+        assert run(special["fcntl"], 3, command) == allow
+    for command in (5, 6, 7, 36, 37, 38, 1024, 1026, 8, 10, 15, 1031, 1033):  # GETLK SETLK SETLKW OFD_*
+        assert run(special["fcntl"], 3, command) == eperm  # SETLEASE NOTIFY SETOWN SETSIG SETOWN_EX
+    assert run(special["fcntl"], 3, (1 << 32) | 6) == eperm  # SETPIPE_SZ ADD_SEALS; the kernel reads 32 bits
+    sol_socket = 1  # socket buffers stay at the host's default size: SNDBUF RCVBUF SNDBUFFORCE RCVBUFFORCE
+    assert all(run(special["setsockopt"], 3, sol_socket, option) == eperm for option in (7, 8, 32, 33))
+    assert run(special["setsockopt"], 3, sol_socket, 2) == allow and run(special["setsockopt"], 3, 6, 7) == allow
+    for name in ("flock", "sendmsg", "sendmmsg"):  # locks on host inodes; descriptors kept in flight
+        assert name not in syscalls.ALLOWED[machine]
     shmget = syscalls.ALLOWED[machine]["shmget"]
     assert run(shmget) == allow and run(shmget, shm=False) == eperm
     assert run(0, arch=0x40000003) == syscalls.KILL  # another ABI (i386)
