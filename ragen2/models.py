@@ -335,13 +335,22 @@ class ValueModel(nn.Module):
     def config(self):
         return self.backbone.config
 
+    @property
+    def body(self) -> nn.Module:
+        """The transformer body as a plain transformers model (LoRA layers, if any, are injected
+        in it): what takes a KV cache for shared-prefix passes (engines/local/shared_prefix)."""
+        return self.backbone.get_base_model() if hasattr(self.backbone, "get_base_model") else self.backbone
+
     def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None,
                 position_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
         output = self.backbone(input_ids=input_ids, attention_mask=attention_mask,
                                position_ids=position_ids, use_cache=False)
+        return self.values_from_hidden(output.last_hidden_state)
+
+    def values_from_hidden(self, hidden: torch.Tensor) -> torch.Tensor:
+        """[batch, seq_len] values from the body's last hidden states."""
         with precision.full_precision(self.value_head):  # the value head's output is fp32 (RL-safe)
-            hidden = output.last_hidden_state.to(self.value_head.weight.dtype)
-            return self.value_head(hidden).squeeze(-1)
+            return self.value_head(hidden.to(self.value_head.weight.dtype)).squeeze(-1)
 
 
 def load_value_model(source=DEFAULT_MODEL, dtype: DTypeLike = torch.float32, device="cpu",

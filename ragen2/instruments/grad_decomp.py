@@ -37,9 +37,9 @@ import torch
 
 from mi_probe import gradients as grad_lib
 from ragen2.algos import losses
-from ragen2.algos.estimators import compute_advantages
 from ragen2.config import Config
 from ragen2.engines.local import learner
+from ragen2.engines.local import shared_prefix
 
 TOKEN_WEIGHTED = ("token-mean",)  # other aggregations average over sequences
 
@@ -51,7 +51,8 @@ def due(cfg: Config, step: int) -> bool:
 def actor_loss_terms(policy, cfg: Config, ids, attn, mask, old_log_probs, advantages, ref_log_probs,
                      total_tokens: int, total_sequences: int) -> dict[str, torch.Tensor]:
     """The actor loss of `ppo_update`, term by term: {"task", "entropy"[, "kl"]} (unscaled)."""
-    log_probs, entropy = learner.policy_log_probs(policy, ids, attn, mask, cfg.rollout.temperature, with_entropy=True)
+    log_probs, entropy = learner.policy_log_probs(policy, ids, attn, mask, cfg.rollout.temperature, with_entropy=True,
+                                                  shared_prefix=cfg.optim.shared_prefix)
     ref = ref_log_probs if cfg.algo.kl_mode == "loss" else None
     terms, _ = losses.actor_loss_terms(log_probs, entropy, old_log_probs, advantages, mask, ref,
                                        **learner.actor_loss_settings(cfg.algo), total_tokens=total_tokens,
@@ -81,6 +82,8 @@ def bucket_gradients(policy, cfg: Config, data: learner.UpdateInputs, rows: list
     """
     params = [p for p in policy.parameters() if p.requires_grad]
     index = torch.tensor(rows, dtype=torch.long, device=data.input_ids.device)
+    if cfg.optim.shared_prefix:  # a group's rows in one micro-batch, its prompt encoded once (sums are unchanged)
+        index = index[shared_prefix.packing_order(data.input_ids[index], data.attention_mask[index])]
     mask = data.response_mask[index]
     tokens, sequences = int(mask.sum().item()), int((mask.sum(dim=1) > 0).sum().item())
     components: dict[str, list[torch.Tensor]] = {}
@@ -189,20 +192,7 @@ def decompose(policy, cfg: Config, batch, data: learner.UpdateInputs, prefix: st
 def update_inputs(run, batch) -> learner.UpdateInputs:
     """Old log-probs, reference log-probs, values and advantages of `batch`, as the update
     computes them (for the pre-filter pass, whose batch the update never sees)."""
-    cfg, models = run.cfg, run.models
-    micro, temperature = cfg.optim.micro_batch_size, cfg.rollout.temperature
-    batch = batch.to(models.device)
-    ids, attn, mask = batch.input_ids, batch.attention_mask, batch.response_mask
-    old = learner.batched(lambda i, a, m: learner.policy_log_probs(models.policy, i, a, m, temperature)[0],
-                        micro, ids, attn, mask)
-    ref = values = None
-    if models.reference is not None:
-        ref = learner.batched(lambda i, a, m: learner.policy_log_probs(models.reference, i, a, m, temperature)[0],
-                            micro, ids, attn, mask)
-    if models.critic is not None:
-        values = learner.batched(lambda i, a: learner.critic_values(models.critic, i, a), micro, ids, attn)
-    advantages, returns = compute_advantages(cfg.algo, batch, values, old, ref)
-    return learner.UpdateInputs(ids, attn, mask, old, advantages, ref, values, returns)
+    return learner.update_inputs(run.models, batch, run.cfg)
 
 
 def maybe_decompose_prefilter(run, batch) -> dict[str, float]:

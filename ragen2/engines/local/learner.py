@@ -7,6 +7,7 @@ It only moves tensors: the advantage and loss maths live in `ragen2/algos`, sele
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 
@@ -16,7 +17,9 @@ from torch import nn
 from ragen2 import models as model_lib
 from ragen2 import precision
 from ragen2.algos import losses
+from ragen2.algos.estimators import compute_advantages
 from ragen2.config import Config
+from ragen2.engines.local import shared_prefix as prefix_lib
 
 
 @dataclass
@@ -66,11 +69,13 @@ def _trim(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> int:
 
 def policy_log_probs(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                      response_mask: torch.Tensor, temperature: float = 1.0,
-                     with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+                     with_entropy: bool = False, shared_prefix: bool = False
+                     ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-prob (and entropy) of every sampled token, 0 elsewhere; [B, T].
 
     The LM head runs only on the hidden states that predict sampled tokens: on a multi-turn
     row most positions are prompt or env text, and the vocabulary projection dominates.
+    `shared_prefix`: rows sharing a prompt encode it once (engines/local/shared_prefix).
     """
     batch, seq_len = input_ids.shape
     width = _trim(input_ids, attention_mask)
@@ -81,7 +86,7 @@ def policy_log_probs(model: nn.Module, input_ids: torch.Tensor, attention_mask: 
     ids, attn = input_ids[:, :width], attention_mask[:, :width]
     predicts = response_mask[:, 1:width].bool()  # hidden state t-1 predicts token t
     with precision.autocast(model):  # matmuls in the model's compute dtype; all that follows in fp32
-        hidden = model.get_decoder()(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state
+        hidden = prefix_lib.hidden_states(model.get_decoder(), ids, attn, shared_prefix)
         logits = model.get_output_embeddings()(hidden[:, :-1][predicts])
     logits = logits.float()
     if temperature > 0 and temperature != 1.0:
@@ -98,15 +103,21 @@ def policy_log_probs(model: nn.Module, input_ids: torch.Tensor, attention_mask: 
     return log_probs, entropy
 
 
-def critic_values(critic: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """V(state before token t) at position t; [B, T]."""
+def critic_values(critic: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                  shared_prefix: bool = False) -> torch.Tensor:
+    """V(state before token t) at position t; [B, T]. `shared_prefix` as in policy_log_probs
+    (for a models.ValueModel; other critics run plain)."""
     batch, seq_len = input_ids.shape
     width = _trim(input_ids, attention_mask)
     values = torch.zeros(batch, seq_len, dtype=torch.float32, device=input_ids.device)
     if width < 2:
         return values
+    ids, attn = input_ids[:, :width], attention_mask[:, :width]
     with precision.autocast(critic):  # the value head itself runs in fp32 (models.ValueModel)
-        per_position = critic(input_ids[:, :width], attention_mask[:, :width])
+        if shared_prefix and hasattr(critic, "values_from_hidden"):
+            per_position = critic.values_from_hidden(prefix_lib.hidden_states(critic.body, ids, attn))
+        else:
+            per_position = critic(ids, attn)
     per_position = per_position.float()
     values = values.clone()
     values[:, 1:width] = per_position[:, :-1]
@@ -114,11 +125,21 @@ def critic_values(critic: nn.Module, input_ids: torch.Tensor, attention_mask: to
 
 
 @torch.no_grad()
-def batched(fn, micro_batch_size: int, *tensors: torch.Tensor) -> torch.Tensor:
-    """Apply `fn` to row slices and concatenate; padding is trimmed per slice."""
+def batched(fn, micro_batch_size: int, *tensors: torch.Tensor, pack: bool = False) -> torch.Tensor:
+    """Apply `fn` to row slices and concatenate; padding is trimmed per slice.
+
+    `pack` (tensors[0] input ids, tensors[1] attention mask): slices are cut from the rows
+    sorted by their tokens, so a group's rows share a slice and a shared-prefix forward;
+    the output is in the input's row order."""
+    order = prefix_lib.packing_order(tensors[0], tensors[1]) if pack else None
+    if order is not None:
+        tensors = tuple(t[order] for t in tensors)
     outputs = [fn(*(t[i:i + micro_batch_size] for t in tensors))
                for i in range(0, tensors[0].shape[0], micro_batch_size)]
-    return torch.cat(outputs, dim=0)
+    result = torch.cat(outputs, dim=0)
+    if order is None:
+        return result
+    return result[torch.argsort(order)]
 
 
 @dataclass
@@ -162,6 +183,38 @@ class UpdateInputs:
     returns: torch.Tensor | None = None
 
 
+def update_inputs(models: Models, batch, cfg: Config, old_log_probs: bool = True, timer=None) -> UpdateInputs:
+    """The one place a step's update inputs are built from a rollout batch (on the models'
+    device): old log-probs (unless `old_log_probs=False`: on-policy), reference log-probs (with
+    a reference model), values (with a critic), then advantages and returns.
+
+    `timer(phase)` is a context that times each phase (old_log_probs, ref_log_probs, values,
+    advantages). The no-grad passes encode each group's prompt once when optim.shared_prefix."""
+    phase = timer or (lambda name: contextlib.nullcontext())
+    micro, temperature, shared = cfg.optim.micro_batch_size, cfg.rollout.temperature, cfg.optim.shared_prefix
+    batch = batch.to(models.device)
+    ids, attn, mask = batch.input_ids, batch.attention_mask, batch.response_mask
+
+    def log_probs(model):
+        return batched(lambda i, a, m: policy_log_probs(model, i, a, m, temperature, shared_prefix=shared)[0],
+                       micro, ids, attn, mask, pack=shared)
+
+    old = ref = values = None
+    if old_log_probs:
+        with phase("old_log_probs"):
+            old = log_probs(models.policy)
+    if models.reference is not None:
+        with phase("ref_log_probs"):
+            ref = log_probs(models.reference)
+    if models.critic is not None:
+        with phase("values"):
+            values = batched(lambda i, a: critic_values(models.critic, i, a, shared_prefix=shared),
+                             micro, ids, attn, pack=shared)
+    with phase("advantages"):
+        advantages, returns = compute_advantages(cfg.algo, batch, values, old, ref)
+    return UpdateInputs(ids, attn, mask, old, advantages, ref, values, returns)
+
+
 def reuses_current_log_probs(optim, rows: int) -> bool:
     """True when the update makes one optimiser step over the whole batch (one epoch, one mini-batch).
 
@@ -170,6 +223,17 @@ def reuses_current_log_probs(optim, rows: int) -> bool:
     compute them beforehand can be skipped (pass old_log_probs=None), as TRL does.
     """
     return optim.ppo_epochs == 1 and optim.mini_batch_size >= rows
+
+
+def packs_by_prefix(optim, rows: int) -> bool:
+    """Whether the update cuts micro-batches by shared prefix instead of by length.
+
+    Only when one optimiser step covers the batch with one loss (one epoch, one mini-batch,
+    loss_scope=mini_batch): then every micro-batch sees the weights that sampled the batch, so
+    no number depends on which rows share a micro-batch (ratios are exactly 1). With several
+    mini-batches the per-micro-batch means (clip fractions, ratio_max) would change with the
+    packing, so rows keep today's micro-batches and share prefixes only within them."""
+    return optim.shared_prefix and optim.loss_scope == "mini_batch" and reuses_current_log_probs(optim, rows)
 
 
 def _finite_grad_step(module: nn.Module, optimizer: torch.optim.Optimizer, max_norm: float) -> tuple[float, bool]:
@@ -197,7 +261,8 @@ def _actor_backward(policy: nn.Module, data: UpdateInputs, idx: torch.Tensor, id
     policy loss, entropy bonus, KL as a loss), times `weight`: backward and record; False
     (nothing accumulated) when the loss is not finite."""
     algo = cfg.algo
-    log_probs, entropy = policy_log_probs(policy, ids, attn, rmask, cfg.rollout.temperature, with_entropy=True)
+    log_probs, entropy = policy_log_probs(policy, ids, attn, rmask, cfg.rollout.temperature, with_entropy=True,
+                                          shared_prefix=cfg.optim.shared_prefix)
     old = data.old_log_probs[idx] if data.old_log_probs is not None else log_probs.detach()
     ref = data.ref_log_probs[idx] if data.ref_log_probs is not None and algo.kl_mode == "loss" else None
     terms, pg_metrics = losses.actor_loss_terms(log_probs, entropy, old, data.advantages[idx], rmask, ref,
@@ -246,6 +311,7 @@ def ppo_update(models: Models, optimizers: Optimizers, data: UpdateInputs, cfg: 
                          f"mini_batch_size >= {rows} rows); got ppo_epochs={optim.ppo_epochs}, "
                          f"mini_batch_size={optim.mini_batch_size}")
     lengths = data.attention_mask.sum(dim=1)
+    pack = packs_by_prefix(optim, rows)
     skipped = 0
     sizes = [min(optim.mini_batch_size, rows - start) for start in range(0, rows, optim.mini_batch_size)]
     micro_total = optim.ppo_epochs * sum(math.ceil(size / optim.micro_batch_size) for size in sizes)
@@ -254,9 +320,12 @@ def ppo_update(models: Models, optimizers: Optimizers, data: UpdateInputs, cfg: 
         order = torch.randperm(rows, generator=generator)
         for start in range(0, rows, optim.mini_batch_size):
             mini = order[start:start + optim.mini_batch_size]
-            # Longest rows first, so each micro-batch holds rows of similar length: a micro-batch
-            # is trimmed to its longest row, and the gradient sum does not depend on the grouping.
-            mini = mini[torch.argsort(lengths[mini], descending=True, stable=True)]
+            if pack:  # a group's rows in one micro-batch: its prompt is encoded once
+                mini = mini[prefix_lib.packing_order(data.input_ids[mini], data.attention_mask[mini])]
+            else:
+                # Longest rows first, so each micro-batch holds rows of similar length: a micro-batch
+                # is trimmed to its longest row, and the gradient sum does not depend on the grouping.
+                mini = mini[torch.argsort(lengths[mini], descending=True, stable=True)]
             mask = data.response_mask[mini]
             total_tokens = max(1, int(mask.sum().item()))
             total_sequences = max(1, int((mask.sum(dim=1) > 0).sum().item()))
@@ -274,7 +343,7 @@ def ppo_update(models: Models, optimizers: Optimizers, data: UpdateInputs, cfg: 
                     finite = False
                     break
                 if critic is not None:
-                    values = critic_values(critic, ids, attn)
+                    values = critic_values(critic, ids, attn, shared_prefix=optim.shared_prefix)
                     value_loss, value_metrics = losses.clipped_value_loss(
                         values, data.old_values[idx], data.returns[idx], rmask, clip_range=algo.value_clip,
                         agg_mode="token-mean", total_tokens=total_tokens)

@@ -26,7 +26,6 @@ from ragen2.instruments import grad_decomp
 from ragen2 import precision
 from ragen2.instruments import probe as probe_lib
 from ragen2.algos import losses
-from ragen2.algos.estimators import compute_advantages
 from ragen2.config import Config
 from ragen2.engines.local import learner
 from ragen2.engines.local.interrupts import Interrupts, StepAbandoned, restore_rng, rng_snapshot
@@ -160,27 +159,10 @@ def trains_actor(run: Run) -> bool:
 
 def update_on(run: Run, batch: RolloutBatch, selection, timer: Timer) -> dict:
     cfg, models = run.cfg, run.models
-    micro = cfg.optim.micro_batch_size
     batch = batch.to(models.device)
-    ids, attn, mask = batch.input_ids, batch.attention_mask, batch.response_mask
-    old = None
-    if needs_old_log_probs(run, ids.shape[0]):
-        with timer("old_log_probs"):
-            old = learner.batched(lambda i, a, m: learner.policy_log_probs(models.policy, i, a, m,
-                                                                       cfg.rollout.temperature)[0],
-                                micro, ids, attn, mask)
-    ref = values = None
-    if models.reference is not None:
-        with timer("ref_log_probs"):
-            ref = learner.batched(lambda i, a, m: learner.policy_log_probs(models.reference, i, a, m,
-                                                                       cfg.rollout.temperature)[0],
-                                micro, ids, attn, mask)
-    if models.critic is not None:
-        with timer("values"):
-            values = learner.batched(lambda i, a: learner.critic_values(models.critic, i, a), micro, ids, attn)
-    with timer("advantages"):
-        advantages, returns = compute_advantages(cfg.algo, batch, values, old, ref)
-    data = learner.UpdateInputs(ids, attn, mask, old, advantages, ref, values, returns)
+    mask = batch.response_mask
+    data = learner.update_inputs(models, batch, cfg, needs_old_log_probs(run, batch.input_ids.shape[0]), timer)
+    old, ref = data.old_log_probs, data.ref_log_probs
     decomposition = grad_decomp.maybe_decompose(run, batch, data)  # diagnostic, timed apart (grad/time_s)
     scale = snr.kept_fraction_scale(selection.kept_fraction, cfg.algo.filter_loss_scaling)
     train_actor = trains_actor(run)

@@ -1,0 +1,188 @@
+"""Shared-prefix passes: each group's common prompt is encoded once per forward.
+
+A GRPO/PPO group is G rollouts of one instance, so its G rows start with the same prompt.
+A plain forward encodes that prompt G times. Here (the idea of Prefix Grouper, arXiv 2506.05433)
+the rows of a micro-batch are clustered by their longest common token prefix; each cluster's
+prefix runs once (one row per cluster), its keys/values are copied to the cluster's rows
+(an index_select, so backward sums the rows' gradients into the one prefix), and only each
+row's own suffix runs, attending to those keys/values with its real positions. The decoder's
+last hidden states are then reassembled to the plain [B, T, H] layout, so callers apply their
+heads (LM head on sampled positions, value head everywhere) exactly as before.
+
+Causal attention makes this exact: a prefix position sees only the prefix, whichever row it
+belongs to; a suffix position sees the same keys/values as in the whole row. The results
+equal the plain forward up to float rounding (different matmul shapes sum in another order).
+
+Batches are right-padded (ragen2.rollout.batch): row r's real tokens are input_ids[r, :L_r].
+Multi-turn rows share at most the first prompt; later turns differ and are suffix. A micro-batch
+in which no two rows share `MIN_SHARED_PREFIX` tokens runs the plain forward, unchanged.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+# Below this many shared tokens a cluster saves less than the extra prefix row's padding costs.
+MIN_SHARED_PREFIX = 16
+# Run shared only when its padded token count is at most this share of the plain forward's.
+MAX_COST_RATIO = 0.9
+
+
+@dataclass
+class Plan:
+    """How a micro-batch's rows share prefixes: row r's first prefix_len[cluster[r]] tokens are
+    the prefix of its cluster, whose tokens are read from row leader[cluster[r]]."""
+
+    cluster: torch.Tensor  # [B] cluster of each row
+    leader: torch.Tensor  # [C] a row of each cluster
+    prefix_len: torch.Tensor  # [C] shared tokens of each cluster (a single row: all but its last)
+    lengths: torch.Tensor  # [B] real tokens of each row
+
+
+def _lexicographic(input_ids: torch.Tensor, lengths: torch.Tensor) -> list[int]:
+    rows = [row[:n] for row, n in zip(input_ids.tolist(), lengths.tolist())]
+    return sorted(range(len(rows)), key=rows.__getitem__)
+
+
+def packing_order(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """A permutation of the rows that puts rows sharing a prefix next to each other (sorted by
+    their real tokens), so micro-batches cut from it hold whole groups."""
+    order = _lexicographic(input_ids, attention_mask.sum(dim=1))
+    return torch.tensor(order, dtype=torch.long, device=input_ids.device)
+
+
+def plan(input_ids: torch.Tensor, attention_mask: torch.Tensor, min_shared: int = MIN_SHARED_PREFIX) -> Plan | None:
+    """Cluster the rows so that the tokens saved, sum over clusters of (size - 1) x prefix, is
+    largest; None when no two rows share `min_shared` tokens or sharing would not pay."""
+    batch, width = input_ids.shape
+    if batch < 2:
+        return None
+    lengths = attention_mask.sum(dim=1)
+    order = _lexicographic(input_ids, lengths)
+    ids, lens = input_ids[order], lengths[order]
+    # After a lexicographic sort, the common prefix of rows i..j is the minimum of the
+    # neighbours' common prefixes in between: one pass gives every segment's prefix.
+    cols = torch.arange(width, device=ids.device)
+    both = cols[None] < torch.minimum(lens[:-1], lens[1:])[:, None]
+    neighbours = ((ids[:-1] == ids[1:]) & both).long().cumprod(dim=1).sum(dim=1).tolist()
+    lens_list = lens.tolist()
+    # best[j]: most tokens saved over the first j sorted rows; cut[j]: where its last segment starts.
+    best, cut = [0] * (batch + 1), [0] * (batch + 1)
+    for end in range(1, batch + 1):
+        best[end], cut[end] = best[end - 1], end - 1  # row end-1 alone
+        shared, shortest = None, lens_list[end - 1]
+        for start in range(end - 2, -1, -1):  # segment start..end-1, grown to the left
+            shared = neighbours[start] if shared is None else min(shared, neighbours[start])
+            shortest = min(shortest, lens_list[start])
+            prefix = min(shared, shortest - 1)  # every row keeps a token of its own
+            if prefix < min_shared:
+                break  # the prefix only shrinks as the segment grows
+            gain = best[start] + (end - 1 - start) * prefix
+            if gain > best[end]:
+                best[end], cut[end] = gain, start
+    if best[batch] == 0:
+        return None
+    segments, end = [], batch
+    while end > 0:
+        segments.append((cut[end], end))
+        end = cut[end]
+    segments.reverse()
+    cluster = torch.empty(batch, dtype=torch.long)
+    leaders, prefixes = [], []
+    for index, (start, end) in enumerate(segments):
+        members = order[start:end]
+        cluster[members] = index
+        leaders.append(members[0])
+        if len(members) == 1:  # alone: all but its last token goes in the prefix batch (no padding)
+            prefixes.append(lens_list[start] - 1)
+        else:
+            prefixes.append(min(min(neighbours[start:end - 1]), min(lens_list[start:end]) - 1))
+    device = input_ids.device
+    result = Plan(cluster.to(device), torch.tensor(leaders, device=device), torch.tensor(prefixes, device=device),
+                  lengths)
+    # Padded tokens fed: prefixes (C x longest prefix) + suffixes (B x longest suffix).
+    suffix = int((lengths - result.prefix_len[result.cluster]).max())
+    cost = len(segments) * max(prefixes) + batch * suffix
+    if cost > MAX_COST_RATIO * batch * int(lengths.max()):
+        return None
+    return result
+
+
+def _cache_argument(body: nn.Module) -> str:
+    """transformers >= 5.2x names the cache `cache`; older versions `past_key_values`."""
+    try:
+        names = inspect.signature(body.forward).parameters
+    except (TypeError, ValueError):
+        names = {}
+    return "cache" if "cache" in names else "past_key_values"
+
+
+def _output_cache(out):
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else getattr(out, "past_key_values", None)
+
+
+def supported(body: nn.Module) -> bool:
+    """False where the cache cannot carry gradients: gradient checkpointing drops the cache in
+    training (transformers sets use_cache=False there), so those forwards stay plain."""
+    if torch.is_grad_enabled() and body.training:
+        return not any(getattr(m, "gradient_checkpointing", False) for m in body.modules())
+    return True
+
+
+def shared_hidden_states(body: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                         layout: Plan) -> torch.Tensor | None:
+    """The decoder's last hidden states [B, T, H] computed with each cluster's prefix run once;
+    None when the model returns no cache whose rows can be selected."""
+    batch, width = input_ids.shape
+    device = input_ids.device
+    clusters = layout.leader.shape[0]
+    prefix_width = int(layout.prefix_len.max())
+    cols = torch.arange(prefix_width, device=device)
+    prefix_mask = (cols[None] < layout.prefix_len[:, None]).long()
+    prefix_ids = input_ids[layout.leader, :prefix_width]  # past a cluster's prefix: masked, never read
+    cache_arg = _cache_argument(body)
+    out = body(input_ids=prefix_ids, attention_mask=prefix_mask, position_ids=cols[None].expand(clusters, -1),
+               use_cache=True)
+    cache = _output_cache(out)
+    if cache is None or not hasattr(cache, "batch_select_indices"):
+        return None
+    prefix_hidden = out.last_hidden_state
+    cache.batch_select_indices(layout.cluster)  # one indexing op per layer: backward sums the rows
+    starts = layout.prefix_len[layout.cluster]  # [B]
+    suffix_width = int((layout.lengths - starts).max())
+    steps = torch.arange(suffix_width, device=device)
+    positions = starts[:, None] + steps[None]
+    suffix_ids = input_ids.gather(1, positions.clamp(max=width - 1))
+    suffix_mask = (positions < layout.lengths[:, None]).long()
+    # The pads of a short prefix sit between it and the row's suffix: masked out, and the
+    # suffix's position ids count real tokens, so each row sees what it sees whole.
+    mask = torch.cat([prefix_mask[layout.cluster], suffix_mask], dim=1)
+    suffix_hidden = body(input_ids=suffix_ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                         **{cache_arg: cache}).last_hidden_state
+    # Back to the plain layout: position t of row r comes from its cluster's prefix when t is
+    # inside it, else from its suffix (pad positions read a clamped suffix position: unused).
+    hidden = prefix_hidden.shape[-1]
+    source = torch.cat([prefix_hidden.reshape(-1, hidden), suffix_hidden.reshape(-1, hidden)], dim=0)
+    t = torch.arange(width, device=device)[None]
+    from_prefix = layout.cluster[:, None] * prefix_width + t.clamp(max=prefix_width - 1)
+    rows = torch.arange(batch, device=device)[:, None]
+    from_suffix = clusters * prefix_width + rows * suffix_width + (t - starts[:, None]).clamp(0, suffix_width - 1)
+    index = torch.where(t < starts[:, None], from_prefix, from_suffix)
+    return source[index]
+
+
+def hidden_states(body: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                  shared: bool = True) -> torch.Tensor:
+    """The decoder body's last hidden states [B, T, H]: shared-prefix where some rows share a
+    prefix (and `shared`), else the plain forward."""
+    layout = plan(input_ids, attention_mask) if shared and supported(body) else None
+    if layout is not None:
+        result = shared_hidden_states(body, input_ids, attention_mask, layout)
+        if result is not None:
+            return result
+    return body(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
