@@ -126,9 +126,7 @@ def budget_lines(results: list[dict], equal_budgets: list[str], warning_lines: l
     for r in results:
         if r["status"] == "done":
             lines.append(f"| {r['name']} | " + " | ".join(_fmt(r[BUDGETS[n]]) for n in names) + " |")
-    lines.append("")
     if equal_budgets:
-        lines += [f"Declared equal across arms: {', '.join(equal_budgets)}.", ""]
+        lines += ["", f"Declared equal across arms: {', '.join(equal_budgets)}.", ""]
         lines += [f"- **Warning**: {w}" for w in warning_lines] or ["No compared arms differ in them."]
-        lines.append("")
     return lines

@@ -232,7 +232,7 @@ def markdown(manifest: dict, results: list[dict], stats: dict, plots: list[Path]
                                                  comparisons_lib.warnings(list(compared)))
     unfinished = [r for r in results if r["status"] != "done"]
     if unfinished:
-        lines += ["## Not finished", ""]
+        lines += ["", "## Not finished", ""]
         lines += [f"- `{r['name']}`: {r['status']}" + (f" — {r['reason']}" if r["reason"] else "")
                   for r in unfinished]
     if plots:

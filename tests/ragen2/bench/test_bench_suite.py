@@ -100,7 +100,8 @@ def test_scale_config_sets_the_scale_but_not_the_algorithm(tmp_path):
 
 
 def test_bundled_suites_expand_to_their_documented_sizes():
-    sizes = {"main-table": 96, "starpo-s": 60, "top-p-sweep": 36, "cpu-smoke": 6, "filter-comparison": 9}
+    sizes = {"main-table": 96, "starpo-s": 60, "top-p-sweep": 36, "cpu-smoke": 6, "filter-comparison": 9,
+             "filter-comparison-bandit": 32}
     for name, size in sizes.items():
         cells = expand(load_suite(name), Path("/tmp/unused"))
         assert len(cells) == size, name
@@ -131,6 +132,31 @@ def test_bundled_suites_expand_to_their_documented_sizes():
         (6, 4, 4, 0, 0)}
 
 
+def test_filter_comparison_bandit_is_issue_32s_claim_1_setting():
+    suite = load_suite("filter-comparison-bandit")
+    cells = expand(suite, Path("/tmp/unused"))
+    assert suite.validate_before and suite.data["equal_budgets"] == ["env_episodes", "optimizer_steps_per_trained_step"]
+    arms = ["none", "starpo-s", "snr-top-p", "snr-top-p-std"]
+    assert [(c.filter, c.seed) for c in cells] == [(f, s) for s in range(8) for f in arms]  # seeds 0-7, paired
+    filters = {c.filter: c.config.filter for c in cells}
+    assert (filters["snr-top-p"].metric, filters["snr-top-p-std"].metric) == ("reward_variance", "reward_std")
+    for cell in cells:
+        c = cell.config
+        assert (c.env.name, c.env.overrides.get("require_think"), c.rollout.max_turns) == ("bandit", False, 1)
+        assert (c.algo.name, c.rollout.num_groups, c.rollout.group_size, c.trainer.total_steps) == (
+            "ragen2-dr-grpo", 8, 4, 15)
+        # one optimiser step per trained step: a mini-batch holds the whole rollout, and a filtered
+        # batch (never padded: batch_adjust none) is no larger
+        assert c.optim.mini_batch_size == c.rollout.num_groups * c.rollout.group_size and c.optim.ppo_epochs == 1
+        assert c.optim.batch_adjust == "none"
+        assert (c.stop.max_consecutive_skips, c.stop.spread_patience, c.stop.low_val_patience) == (0, 0, 0)
+        assert not (c.probe.stop_on_collapse or c.probe.stop_on_early_warning)
+        # validation on 32 x 4 at T = 0.5 after steps 8 and 15 (the trainer validates when
+        # (step + 1) % val_every == 0, and at the last step)
+        assert (c.trainer.val_groups, c.trainer.val_temperature) == (32, 0.5)
+        assert [s + 1 for s in range(15) if (s + 1) % c.trainer.val_every == 0 or s == 14] == [8, 15]
+
+
 def test_main_table_runs_the_paper_configs_steps_and_its_comment_says_so():
     import re
 
@@ -158,6 +184,7 @@ def test_main_table_runs_the_paper_configs_steps_and_its_comment_says_so():
     ({"matrices": [{"name": "a", "algos": ["ppo", "ppo"], "envs": [None]}]}, "matrices[0].algos: repeated values"),
     ({"seeds": [], "matrices": [{"name": "a", "algos": ["ppo"], "envs": [None]}]}, "seeds: must list at least one"),
     ({"published": "nope"}, "unknown published setting 'nope'"),
+    ({"equal_budgets": ["episodes"]}, "equal_budgets: unknown budget(s) ['episodes']"),
     ({"matrices": [{"name": "a", "algos": ["ppo"], "envs": [None], "compare": "env"}]}, "compare: 'env' is not one"),
     ({"matrices": [{"name": "a", "algos": ["ppo"], "envs": [None], "variants": {"v": ["oops"]}}]},
      "variants.v: 'oops' is not KEY=VALUE"),
