@@ -9,7 +9,7 @@ and no isolation, so `sandbox_vs_bare` is the price of the isolation on this mac
 `deepcoder_steps_per_s` is whole env steps (every test of a built-in problem, each in its
 own sandbox) answered with the reference solution. Compare ratios within one run: the
 absolute numbers move with the machine's load. `--baseline REV` also measures the sandbox
-as it was at git revision REV (its envs/sandbox.py, loaded beside today's), alternating
+as it was at git revision REV (its envs/sandbox/ or envs/sandbox.py, loaded beside today's), alternating
 the two in the same run, so `after_vs_before` compares like with like.
 """
 
@@ -58,15 +58,26 @@ def sandbox_once(runner=run_python) -> None:
 
 
 def load_baseline(revision: str):
-    """The sandbox module as it was at `revision` (a single file then: envs/sandbox.py)."""
+    """The sandbox as it was at `revision`: the package envs/sandbox/ (or, before it was split,
+    the single file envs/sandbox.py), loaded beside today's under another name."""
     root = Path(__file__).resolve().parents[1]
-    source = subprocess.run(["git", "-C", str(root), "show", f"{revision}:envs/sandbox.py"], capture_output=True,
-                            text=True, check=True).stdout
-    path = Path(tempfile.mkdtemp(prefix="ragen2-baseline-")) / "sandbox_baseline.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location("sandbox_baseline", path)
+    where = Path(tempfile.mkdtemp(prefix="ragen2-baseline-"))
+    package = subprocess.run(["git", "-C", str(root), "cat-file", "-e", f"{revision}:envs/sandbox/__init__.py"],
+                             capture_output=True).returncode == 0
+    if package:
+        archive = subprocess.run(["git", "-C", str(root), "archive", revision, "envs/sandbox"], capture_output=True,
+                                 check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(where)], input=archive, check=True)
+        directory = where / "envs" / "sandbox"
+        spec = importlib.util.spec_from_file_location("sandbox_baseline", directory / "__init__.py",
+                                                      submodule_search_locations=[str(directory)])
+    else:
+        source = subprocess.run(["git", "-C", str(root), "show", f"{revision}:envs/sandbox.py"], capture_output=True,
+                                text=True, check=True).stdout
+        (where / "sandbox_baseline.py").write_text(source)
+        spec = importlib.util.spec_from_file_location("sandbox_baseline", where / "sandbox_baseline.py")
     module = importlib.util.module_from_spec(spec)
-    sys.modules["sandbox_baseline"] = module  # dataclasses look their module up
+    sys.modules["sandbox_baseline"] = module  # dataclasses (and the package's relative imports) look it up
     spec.loader.exec_module(module)
     return module
 
@@ -80,8 +91,12 @@ def deepcoder_steps(seconds: float, runner=None) -> dict:
     import envs
     from envs.parsing import format_response
 
-    if runner is not None:  # the baseline sandbox behind the same env code
-        envs.deepcoder.run_python = runner
+    # The baseline sandbox behind the same env code: every env module that calls run_python.
+    users = [module for name, module in list(sys.modules.items())
+             if name.startswith("envs.") and not name.startswith("envs.sandbox")
+             and getattr(module, "run_python", None) is run_python]
+    for module in users if runner is not None else ():
+        module.run_python = runner
 
     env = envs.make("deepcoder")
     steps = tests = 0
@@ -97,7 +112,8 @@ def deepcoder_steps(seconds: float, runner=None) -> dict:
         steps += 1
         tests += info["action_infos"][0]["total"]
     elapsed = time.perf_counter() - started
-    envs.deepcoder.run_python = run_python
+    for module in users:
+        module.run_python = run_python
     return {"steps": steps, "steps_per_s": round(steps / elapsed, 2), "tests_per_s": round(tests / elapsed, 2)}
 
 
@@ -106,7 +122,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0, help="time budget per measurement")
     parser.add_argument("--threads", default="1,2,4", help="comma-separated caller thread counts")
     parser.add_argument("--skip-env", action="store_true", help="skip the deepcoder env measurement")
-    parser.add_argument("--baseline", default="", help="git revision whose envs/sandbox.py to measure too")
+    parser.add_argument("--baseline", default="", help="git revision whose sandbox to measure too")
     parser.add_argument("--rounds", type=int, default=3, help="alternations of baseline and current (with --baseline)")
     args = parser.parse_args()
     threads = [int(t) for t in args.threads.split(",") if t.strip()]
