@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Run a long bench suite in the background and commit each cell's small files as it finishes, so
+# a later session (perhaps on another machine) resumes from what is committed:
+#   nohup scripts/bench_background.sh SUITE [--threads 1] > /tmp/SUITE.log 2>&1 &
+# Cells live in docs/experiments/SUITE/runs/<cell>/ (the runner skips a cell whose summary.json
+# exists, so the committed ones are never rerun); checkpoints stay out of git (.gitignore) and a
+# finished cell's are deleted. The report (results, paired CIs) is rebuilt and committed too.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+suite=$1; shift
+threads=${*:---threads 1}
+out=docs/experiments/$suite
+
+commit_finished() {
+  for summary in "$out"/runs/*/summary.json; do
+    [ -e "$summary" ] || continue
+    cell=$(dirname "$summary")
+    rm -rf "$cell/checkpoints"
+    if [ -n "$(git status --porcelain -- "$cell")" ]; then
+      git add -- "$cell" || continue
+      for attempt in 1 2 3 4 5; do  # other work commits in the same tree: wait out its index lock
+        git commit -q -m "$suite: cell $(basename "$cell") finished (config, metrics, summary)" -- "$cell" && break
+        sleep 5
+      done
+    fi
+  done
+}
+
+ragen2 bench "$suite" --out "$out" $threads --plain --no-plots &
+bench=$!
+while kill -0 "$bench" 2>/dev/null; do
+  commit_finished
+  sleep 60
+done
+wait "$bench"; status=$?
+commit_finished
+ragen2 bench report "$out" && git add -- "$out" && git commit -q -m "$suite: report over the finished cells" -- "$out"
+exit $status
