@@ -19,8 +19,14 @@ and what holds on which kind of host, are in docs/sandbox.md):
 - as root: a fresh random uid, no supplementary groups, no capabilities (RLIMIT_NPROC
   counts this run only; leftovers of that uid are killed); otherwise a user namespace with
   the bounding set and every capability dropped;
-- a fresh session keyring, no_new_privs, and a default-deny seccomp allow-list (syscalls.py);
-- a wall-clock deadline, then SIGKILL to the group.
+- a fresh session keyring, no_new_privs, and a default-deny seccomp allow-list (syscalls.py):
+  no file locks (the root's files are the host's inodes), no descriptor passing, no larger
+  socket buffers or pipes (kernel memory RLIMIT_AS does not count);
+- its own session and process group; the reaper keeps no signal handler (so, as its PID
+  namespace's init, it gets none of the program's signals) and, with the launcher, is
+  non-dumpable (their /proc files are root's even where they share the program's uid);
+- a wall-clock deadline, then SIGKILL to the launcher's group (the reaper with it, and so
+  the whole PID namespace).
 Nothing filters the code's text: containment comes from the kernel, not from strings.
 
 `run_python` never raises: a sandbox that cannot start is the verdict `sandbox_error`.

@@ -238,6 +238,7 @@ class Prober:
                 self.problems[case.name] += PROBES[case.probe](pid, claims, self.context)
             except Exception as error:  # a probe that cannot look is a failure, reported as one
                 self.problems[case.name].append(f"the probe failed: {type(error).__name__}: {error}")
-            signal.pidfd_send_signal(pidfd, signal.SIGUSR1)
+            with contextlib.suppress(ProcessLookupError):  # it ended meanwhile: its stdout will say so
+                signal.pidfd_send_signal(pidfd, signal.SIGUSR1)
         finally:
             os.close(pidfd)
