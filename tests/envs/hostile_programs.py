@@ -6,10 +6,9 @@ the per-uid pipe budget), the verdicts it may get, text it must print (it really
 attack) and text it must never print. Written against a Host (its listeners and planted key);
 the test file builds the Host and judges.
 
-A case with a `probe` stops mid-run in `hold()`: it names itself `marker` (comm), leaves its
-claims in /sandbox/claims.json and waits for SIGUSR1; the host finds it by that name, checks
-its own side while the program still holds what it took (test_sandbox_hostile.PROBES), then
-releases it. The program prints "host probed" only if the host came."""
+A case with a `probe` stops mid-run in `hold()` (named `marker`, its claims in claims.json)
+until the host has checked its side and sent SIGUSR1 (tests/envs/sandbox_probes.py); it
+prints "host probed" only if the host came."""
 
 from __future__ import annotations
 
@@ -288,7 +287,7 @@ def supervisor_cases() -> list[Case]:
     can send them, directly, to its groups or through SIGIO, and their /proc files."""
     return [
         Case("every_signal_to_every_pid_and_group", """
-            import signal, time
+            import signal, struct, time
             me, group = os.getpid(), os.getpgrp()
             print('own session', os.getsid(0) == me, 'own group', group == me)
             unignorable = {signal.SIGKILL, signal.SIGSTOP, 32, 33}  # glibc keeps 32 and 33 for itself
@@ -306,6 +305,10 @@ def supervisor_cases() -> list[Case]:
                         sent += 1
                     except OSError:
                         pass
+            tgkill, sigqueue = (234, 129) if os.uname().machine == 'x86_64' else (131, 138)
+            for number in range(1, 65):  # the other ways to name the reaper: its thread, a queued signal
+                info = ctypes.create_string_buffer(struct.pack('iii', number, 0, -1), 128)  # SI_QUEUE
+                sent += (libc.syscall(tgkill, 1, 1, number) == 0) + (libc.syscall(sigqueue, 1, number, info) == 0)
             time.sleep(0.3)  # signals are delivered before kill() returns; handlers may lag
             print('signals sent', sent > 0)
             hold()
@@ -341,11 +344,17 @@ def supervisor_cases() -> list[Case]:
                 except OSError as error:
                     print('denied', name, error.errno)
             fcntl.fcntl(read_end, fcntl.F_SETFL, os.O_ASYNC | os.O_NONBLOCK)
+            a, b = socket.socketpair()  # ioctl is not filtered: FIOSETOWN makes the reaper a socket's owner
+            owned = libc.ioctl(a.fileno(), 0x8901, ctypes.byref(ctypes.c_int(1)))  # and the kernel drops
+            libc.ioctl(a.fileno(), 0x5452, ctypes.byref(ctypes.c_int(1)))  # its SIGIO (FIOASYNC): init's shield
             for _ in range(20):  # each write would be a signal to the owner, were there one
                 os.write(write_end, b'x')
                 os.read(read_end, 1)
+                b.send(b'x')
+                a.recv(1)
+            print('socket owner set' if owned == 0 else 'socket owner refused')
             hold()
-            sys.exit(4)""", ("runtime_error",), ("denied F_SETOWN reaper", "denied F_SETSIG SIGINT"),
+            sys.exit(4)""", ("runtime_error",), ("denied F_SETOWN reaper", "denied F_SETSIG SIGINT", "socket owner set"),
              exit_code=4, probe="supervisors"),
     ]
 
@@ -364,18 +373,14 @@ def kernel_buffer_cases() -> list[Case]:
                             os.close(ready_r)
                             kept = work()
                             os.write(ready_w, b'+' if escaped(kept) else b'.')
+                            os.close(ready_w)
                             time.sleep(60)  # until the program ends: its namespace takes us along
                             os._exit(0)
                     except OSError:
                         break
                 os.close(ready_w)
                 kept = work()
-                ready = b''
-                while len(ready) < count:
-                    chunk = os.read(ready_r, 8)
-                    if not chunk:
-                        break
-                    ready += chunk
+                ready = b''.join(iter(lambda: os.read(ready_r, 8), b''))  # until every child is ready
                 os.close(ready_r)
                 return kept, ready.count(b'+')
             """
@@ -391,12 +396,10 @@ def kernel_buffer_cases() -> list[Case]:
                     except OSError:
                         break
                     for end in pair:
-                        for option in (7, 8, 32, 33):  # SO_SNDBUF, SO_RCVBUF and their FORCE forms
-                            try:
-                                end.setsockopt(socket.SOL_SOCKET, option, 64 << 20)
-                                answers.add(f'ALLOWED buffer option {option}')
-                            except OSError as error:
-                                answers.add(f'refused buffer option {option} {error.errno}')
+                        for option in (7, 8, 32, 33):  # SO_SNDBUF, SO_RCVBUF and their FORCE forms: 64 MiB
+                            refused = libc.setsockopt(end.fileno(), 1, option, ctypes.byref(ctypes.c_int(1 << 26)), 4)
+                            answers.add(f'refused buffer option {option} {ctypes.get_errno()}' if refused
+                                        else f'ALLOWED buffer option {option}')
                         end.setblocking(False)
                         try:
                             while True:
