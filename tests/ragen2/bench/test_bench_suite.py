@@ -100,7 +100,7 @@ def test_scale_config_sets_the_scale_but_not_the_algorithm(tmp_path):
 
 
 def test_bundled_suites_expand_to_their_documented_sizes():
-    sizes = {"main-table": 96, "starpo-s": 60, "top-p-sweep": 36, "cpu-smoke": 6, "filter-comparison": 9,
+    sizes = {"main-table": 96, "starpo-s": 60, "top-p-sweep": 36, "cpu-smoke": 6,
              "filter-comparison-bandit": 32}
     for name, size in sizes.items():
         cells = expand(load_suite(name), Path("/tmp/unused"))
@@ -122,14 +122,6 @@ def test_bundled_suites_expand_to_their_documented_sizes():
     assert any(c.config.probe.every > 0 and c.config.env.overrides.get("require_think", True) for c in smoke)
     sweep = expand(load_suite("top-p-sweep"), Path("/tmp/unused"))
     assert sorted({c.config.filter.value for c in sweep}) == [0.6, 0.8, 0.9, 0.95, 0.98, 1.0]
-    # docs/filter_experiment.md's setting: 3 filters x 3 seeds at one rollout budget, stop rules off
-    suite = load_suite("filter-comparison")
-    experiment = expand(suite, Path("/tmp/unused"))
-    assert suite.validate_before and [(c.filter, c.seed) for c in experiment[:3]] == [
-        ("none", 0), ("starpo-s", 0), ("snr-top-p", 0)]
-    assert {(c.config.trainer.total_steps, c.config.rollout.num_groups, c.config.rollout.group_size,
-             c.config.stop.max_consecutive_skips, c.config.stop.spread_patience) for c in experiment} == {
-        (6, 4, 4, 0, 0)}
 
 
 def test_filter_comparison_bandit_is_issue_32s_claim_1_setting():
