@@ -29,6 +29,8 @@ from ragen2.engines.openrlhf.flags import (SETTINGS_FLAG, WANDB_KEY_PLACEHOLDER,
 
 PREVIEW_ROWS = 3  # dataset rows shown by --dry-run (the files hold them all)
 RAY_ENV_DEFAULTS = {"TOKENIZERS_PARALLELISM": "true", "NCCL_DEBUG": "WARN", "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": "1"}
+# Set by Ray in the driver of a `ray job submit` job: its runtime env (ray._private.runtime_env.constants)
+RAY_JOB_CONFIG_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
 
 
 def add_arguments(parser) -> None:
@@ -108,6 +110,21 @@ def split_argv(argv: list[str]) -> tuple[Path, list[str]]:
     return Path(argv[1]), list(argv[2:])
 
 
+def runtime_env_vars(environ=os.environ) -> dict[str, str]:
+    """The env vars the launched process's ray.init adds: the defaults (where the environment does not
+    set them) and the settings, minus those a submitted job's runtime env sets already: Ray refuses to
+    merge a variable set in both ("Failed to merge the Job's runtime env"), and the job's value is
+    already this process's (Ray sets it in the driver and every worker)."""
+    job_env = json.loads(environ.get(RAY_JOB_CONFIG_ENV) or "{}").get("runtime_env") or {}
+    job_vars = job_env.get("env_vars") or {}
+    settings = environ[SETTINGS_ENV]
+    if job_vars.get(SETTINGS_ENV, settings) != settings:
+        raise SystemExit(f"error: the job's runtime env sets {SETTINGS_ENV} to other settings than "
+                         f"{SETTINGS_FLAG}'s file; leave it out of the job's env_vars")
+    wanted = {key: environ.get(key, value) for key, value in RAY_ENV_DEFAULTS.items()} | {SETTINGS_ENV: settings}
+    return {key: value for key, value in wanted.items() if key not in job_vars}
+
+
 def main(argv: list[str] | None = None) -> None:
     settings_path, flags = split_argv(list(sys.argv[1:] if argv is None else argv))
     settings = json.loads(settings_path.read_text())
@@ -119,9 +136,7 @@ def main(argv: list[str] | None = None) -> None:
 
     trainer_patch.install()
     if not ray.is_initialized():  # train_ppo_ray would init Ray without our settings
-        env_vars = {key: os.environ.get(key, value) for key, value in RAY_ENV_DEFAULTS.items()}
-        env_vars[SETTINGS_ENV] = os.environ[SETTINGS_ENV]
-        ray.init(runtime_env={"env_vars": env_vars})
+        ray.init(runtime_env={"env_vars": runtime_env_vars()})
     sys.argv = ["openrlhf.cli.train_ppo_ray", *flags]
     runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__", alter_sys=True)
 

@@ -319,6 +319,27 @@ def test_a_flash_attn_module_without_the_installed_package_does_not_count(monkey
     assert FLASH_ATTN_USABLE() is False
 
 
+def test_under_ray_job_submit_the_launcher_adds_no_variable_the_jobs_runtime_env_sets():
+    # `ray job submit --runtime-env-json '{"env_vars": {"NCCL_DEBUG": "INFO", ...}}' -- <printed command>`:
+    # Ray refuses a ray.init runtime env that sets one of the job's variables again.
+    from ragen2.engines.openrlhf import SETTINGS_ENV
+    from ragen2.engines.openrlhf.launch import RAY_ENV_DEFAULTS, RAY_JOB_CONFIG_ENV, runtime_env_vars
+
+    job = {"env_vars": {"NCCL_DEBUG": "INFO", "TOKENIZERS_PARALLELISM": "false"}, "working_dir": "/code"}
+    environ = {RAY_JOB_CONFIG_ENV: json.dumps({"runtime_env": job}), SETTINGS_ENV: '{"version": 1}',
+               "NCCL_DEBUG": "INFO", "TOKENIZERS_PARALLELISM": "false"}  # Ray sets the job's variables
+    ours = runtime_env_vars(environ)
+    assert ours == {"RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": "1", SETTINGS_ENV: '{"version": 1}'}
+    # outside a job: every default (the environment's value where it sets one) and the settings
+    assert runtime_env_vars({SETTINGS_ENV: "{}", "NCCL_DEBUG": "INFO"}) == RAY_ENV_DEFAULTS | {
+        "NCCL_DEBUG": "INFO", SETTINGS_ENV: "{}"}
+    with pytest.raises(SystemExit, match=SETTINGS_ENV):
+        runtime_env_vars(environ | {RAY_JOB_CONFIG_ENV: json.dumps({"runtime_env": {"env_vars": {SETTINGS_ENV: "{}"}}})})
+    merge = pytest.importorskip("ray.runtime_env.runtime_env", reason="ray (the openrlhf extra)")._merge_runtime_env
+    merged = merge(job, {"env_vars": ours})  # what ray.init does with a job's runtime env (None: a conflict)
+    assert merged is not None and merged["env_vars"]["NCCL_DEBUG"] == "INFO"
+
+
 # ----------------------------------------------------------------------------- OpenRLHF's own parser
 
 
