@@ -87,3 +87,30 @@ def paired_comparison(a: dict, b: dict, level: float = LEVEL, seed: int = 0) -> 
     return {"n": n, "seeds": seeds, "differences": diffs, "mean": mean, "sd": sd, "level": level,
             "t_ci": t_interval(diffs, level), "bootstrap_ci": bootstrap_interval(diffs, level, seed=seed),
             "sign_flip_p": None if test is None else test[0], "p_exact": None if test is None else test[1]}
+
+
+def least_squares_slope(x: np.ndarray, y: np.ndarray) -> float:
+    x = x - x.mean()
+    return float((x * (y - y.mean())).sum() / (x * x).sum())
+
+
+def cluster_bootstrap_slope(clusters: list[tuple[list[float], list[float]]], level: float = LEVEL,
+                            resamples: int = RESAMPLES, seed: int = 0) -> dict:
+    """Slope of y on x over every point, with a percentile CI from resampling whole clusters.
+
+    Points of one cluster share what makes them dependent (in a training run: the policy and the
+    batch of one step), so the clusters, not the points, are the independent draws."""
+    arrays = [(np.asarray(cx, dtype=float), np.asarray(cy, dtype=float)) for cx, cy in clusters]
+    x = np.concatenate([a[0] for a in arrays])
+    y = np.concatenate([a[1] for a in arrays])
+    estimate = least_squares_slope(x, y)
+    rng = np.random.default_rng(seed)
+    draws = []
+    for _ in range(resamples):
+        picked = rng.integers(0, len(arrays), size=len(arrays))
+        bx = np.concatenate([arrays[i][0] for i in picked])
+        if np.ptp(bx) > 0:  # a resample whose x are all equal has no slope
+            draws.append(least_squares_slope(bx, np.concatenate([arrays[i][1] for i in picked])))
+    tail = (1 - level) / 2 * 100
+    low, high = np.percentile(draws, [tail, 100 - tail])
+    return {"slope": estimate, "ci95": [float(low), float(high)], "points": int(x.size), "clusters": len(arrays)}

@@ -88,3 +88,17 @@ def test_arms_that_differ_in_a_declared_budget_get_a_warning():
         "m / bandit / algo: `snr` vs `none` differ in optimizer_steps, which the suite declares equal "
         "(seed 0: 4 vs 3, seed 1: 4 vs not recorded)")
     assert comparisons.compare(cells, results, ["env_episodes"])[0]["budget_differences"] == []
+
+
+def test_cluster_bootstrap_slope_by_hand():
+    from ragen2.bench.stats import cluster_bootstrap_slope
+
+    # y = 2x + 1 exactly: every resample has slope 2
+    exact = cluster_bootstrap_slope([([0.0, 1.0], [1.0, 3.0]), ([2.0, 3.0], [5.0, 7.0])], resamples=200)
+    assert exact["slope"] == pytest.approx(2.0) and exact["ci95"] == pytest.approx([2.0, 2.0])
+    assert (exact["points"], exact["clusters"]) == (4, 2)
+    # two clusters with slopes 0 and 2 around the same x: the pooled slope is 1, and resampling
+    # whole clusters gives draws of 0, 1 and 2 (all-one-cluster resamples have one slope each)
+    mixed = cluster_bootstrap_slope([([0.0, 1.0], [0.0, 0.0]), ([0.0, 1.0], [0.0, 2.0])], resamples=2000)
+    assert mixed["slope"] == pytest.approx(1.0)
+    assert mixed["ci95"][0] == pytest.approx(0.0) and mixed["ci95"][1] == pytest.approx(2.0)
