@@ -32,6 +32,7 @@ from envs.parsing import prefill_tag as prefill_tag_for
 from ragen2.config import Config, ConfigError
 from ragen2.rollout.config import RolloutConfig
 from ragen2.engines.openrlhf import OPENRLHF_VERSION
+from ragen2.engines.openrlhf.memory import ModelShape, estimate, read_model_config
 from ragen2.run_dir import CHECKPOINTS_DIR, CONFIG_FILE, OPENRLHF_DIR, OPENRLHF_MODEL_DIR, TENSORBOARD_DIR
 from ragen2.seeding import step_seeds, validation_seeds
 
@@ -59,12 +60,16 @@ class Cluster:
     nodes: int = 1
     gpus_per_node: int = 8
     vllm_tensor_parallel: int = 1
+    gpu_memory_gib: float = 80.0  # each GPU's memory, for --dry-run's estimate (memory.py)
 
     def __post_init__(self) -> None:
         for name in ("nodes", "gpus_per_node", "vllm_tensor_parallel"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise UnsupportedConfig(f"cluster: {name} must be an int >= 1, got {value!r}")
+        if isinstance(self.gpu_memory_gib, bool) or not isinstance(self.gpu_memory_gib, (int, float)) \
+                or not self.gpu_memory_gib > 0:
+            raise UnsupportedConfig(f"cluster: gpu_memory_gib must be a number > 0, got {self.gpu_memory_gib!r}")
         if self.gpus // self.vllm_tensor_parallel * self.vllm_tensor_parallel != self.gpus:
             raise UnsupportedConfig(f"cluster: {self.gpus} GPUs cannot be split into vLLM engines of "
                                     f"tensor-parallel size {self.vllm_tensor_parallel}")
@@ -373,14 +378,29 @@ def openrlhf_flags(cfg: Config, cluster: Cluster, run_dir: Path) -> list[str]:
     return flags
 
 
+def memory_estimate(cfg: Config, cluster: Cluster):
+    """(memory.Estimate or None, notes): per-GPU memory from the model's config.json where it is on this machine."""
+    shape = ModelShape.from_config(read_model_config(cfg.model.name) or {})
+    if shape is None:
+        return None, [f"memory per GPU: not estimated (no config.json of {cfg.model.name} on this machine, or one "
+                      "without hidden_size / num_hidden_layers / num_attention_heads / vocab_size)"]
+    found = estimate(cfg, shape, cluster.gpu_memory_gib, cluster.data_parallel, cluster.vllm_tensor_parallel)
+    return found, [f"model: {shape.params / 1e9:.2f} B parameters (from its config.json)", *found.lines()]
+
+
 def plan_launch(cfg: Config, run_dir: Path, cluster: Cluster | None = None, python: str | None = None) -> LaunchPlan:
     """The command and files of an OpenRLHF run of `cfg`; raises UnsupportedConfig first."""
     cluster = cluster or Cluster()
     problems = unsupported(cfg) + batch_problems(cfg, cluster)
+    memory_notes, memory = [], None
+    if not problems:
+        memory, memory_notes = memory_estimate(cfg, cluster)
+        problems += memory.problems() if memory is not None else []
     if problems:  # one line for one problem; otherwise one line each
         raise UnsupportedConfig(f"the OpenRLHF {OPENRLHF_VERSION} engine cannot run this config:"
                                 + ("\n  " if len(problems) > 1 else " ") + "\n  ".join(problems))
     cfg, notes = resolve(cfg)
+    notes += memory_notes
     run_dir = Path(run_dir).absolute()  # Ray workers run elsewhere: every path in the flags is absolute
     files = run_dir / OPENRLHF_DIR
     settings = trainer_settings(cfg, cluster, run_dir)

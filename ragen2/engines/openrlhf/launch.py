@@ -39,10 +39,13 @@ def add_arguments(parser) -> None:
     group.add_argument("--nodes", type=int, default=1, help="Ray nodes (default 1)")
     group.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (default 8)")
     group.add_argument("--vllm-tp", type=int, default=1, help="tensor-parallel size of each vLLM engine (default 1)")
+    group.add_argument("--gpu-memory-gib", type=float, default=80.0,
+                       help="memory of each GPU, for the per-GPU memory estimate and check (default 80)")
 
 
 def cluster_from_args(args) -> Cluster:
-    return Cluster(nodes=args.nodes, gpus_per_node=args.gpus_per_node, vllm_tensor_parallel=args.vllm_tp)
+    return Cluster(nodes=args.nodes, gpus_per_node=args.gpus_per_node, vllm_tensor_parallel=args.vllm_tp,
+                   gpu_memory_gib=getattr(args, "gpu_memory_gib", 80.0))
 
 
 def describe(plan: LaunchPlan, preview_rows: int = PREVIEW_ROWS) -> str:
