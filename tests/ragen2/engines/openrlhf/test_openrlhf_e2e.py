@@ -92,6 +92,10 @@ class Run:
     def traced_steps(self) -> list[dict]:
         return [json.loads(line) for line in (self.harness_dir / "steps.jsonl").read_text().splitlines()]
 
+    def members(self) -> list[dict]:
+        """Each sample's seed and rollout index, in the order the agents numbered them (harness T2)."""
+        return [json.loads(line) for line in (self.harness_dir / "members.jsonl").read_text().splitlines()]
+
     def engines(self) -> list[dict]:
         return [json.loads(p.read_text()) | {"weights": p.with_suffix(".safetensors")}
                 for p in sorted(self.harness_dir.glob("engine-*.json"))]
@@ -153,12 +157,16 @@ def checkpoint_tags(run: Run) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
 
 
-def test_two_grpo_steps_train_sync_evaluate_checkpoint_and_run_the_mi_probe(tmp_path, extensions_dir, bandit_model):
+def test_two_grpo_steps_train_sync_evaluate_twice_checkpoint_and_run_the_mi_probe(tmp_path, extensions_dir,
+                                                                                  bandit_model):
     run = train(tmp_path, extensions_dir, bandit_model, "--env", "bandit", "--algo", "grpo", "--filter", "none",
                 "--steps", "2", *SMALL, "algo.kl_coef=0", "probe.every=1", "probe.num_samples=8",
-                "trainer.save_every=1", "trainer.keep_last=1",
+                "trainer.save_every=1", "trainer.keep_last=1", "trainer.val_every=1",
                 *FIXTURE_PROMPT)
     cfg = saved_config(run)
+    # the command that ran is the one the project emits: the attention implementation resolved from the
+    # config (auto: no flash-attn installed here), nothing appended by the harness
+    assert cfg.openrlhf.attn_implementation == "sdpa" and "--ds.attn_implementation sdpa" in run.log
     summary = run.summary()
     assert (summary["steps"], summary["steps_trained"], summary["steps_skipped"]) == (2, 2, 0)
     assert summary["engine"] == "openrlhf" and summary["final_val_reward_mean"] is not None
@@ -179,11 +187,18 @@ def test_two_grpo_steps_train_sync_evaluate_checkpoint_and_run_the_mi_probe(tmp_
         assert all(isinstance(row[k], float) for k in ("probe/mi_estimate", "probe/mi_zscore",
                                                        "probe/retrieval_accuracy@1"))
     evals = [r for r in run.rows() if "val/reward_mean" in r]
-    assert [r["step"] for r in evals] == [1]  # val_every=0: once, after the last step
+    assert [r["step"] for r in evals] == [0, 1]  # val_every=1
+    # Both evaluations played the same validation instances with rollout indices 0..G-1, as the local
+    # engine does (the agent outlives them: its count once ran on to G..2G-1).
+    val = validation_seeds(cfg)
+    numbered = [(m["seed"], m["member"]) for m in run.members() if m["seed"] in set(val)]
+    assert len(numbered) == 2 * len(val) * 4
+    for half in (numbered[:len(numbered) // 2], numbered[len(numbered) // 2:]):
+        assert sorted(half) == sorted((seed, k) for seed in val for k in range(4))
 
     (engine,) = run.engines()
     assert engine["executor"] == "ragen2.engines.openrlhf.agent.AgentExecutor"  # via OpenRLHF's loader
-    assert engine["weight_syncs"] == 2 and engine["generate_calls"] == 2 * 8 + len(validation_seeds(cfg)) * 4
+    assert engine["weight_syncs"] == 2 and engine["generate_calls"] == 2 * 8 + 2 * len(val) * 4
     assert saved_model_equals_engine_weights(run.run_dir, engine["weights"])  # synced weights = the trained model
     # save_every=1, keep_last=1: one DeepSpeed checkpoint left (--ckpt.max_num), no "best" one
     assert checkpoint_tags(run) == ["global_step2"]

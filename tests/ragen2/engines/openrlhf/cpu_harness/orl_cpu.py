@@ -19,10 +19,14 @@ module that makes them is imported (an import hook), each naming the OpenRLHF li
   orl_hf_engine.HFRolloutActor: OpenRLHF's own actor class with generate on HF transformers.
 - R1 ray.init: a local instance on 127.0.0.1 with logical GPUs (each OpenRLHF placement bundle
   asks for {"GPU": 1}), few CPUs, no dashboard, a short temp dir, this folder on PYTHONPATH.
-- A1 the launched process (`... launch --ragen2.settings FILE <flags>`): `--ds.attn_implementation
-  sdpa` appended to its argv (train_ppo_ray.py's default, flash_attention_2, needs flash-attn).
 - T1 the controller's `select_samples`: each step's seeds, reward matrix and kept groups are
   appended to $RAGEN2_HARNESS_DIR/steps.jsonl for the test to read (observation only).
+- T2 the agent's `_next_member`: each sample's seed and rollout index, in call order, are appended
+  to $RAGEN2_HARNESS_DIR/members.jsonl (observation only).
+
+The launched command is the project's own: `--ds.attn_implementation` comes from the config
+(openrlhf.attn_implementation=auto resolves to sdpa where flash-attn is not installed; the
+stand-in module above has no distribution, so it does not count).
 """
 from __future__ import annotations
 
@@ -207,9 +211,23 @@ def _trainer_patch(module) -> None:  # T1
     APPLIED.append("T1")
 
 
+def _agent(module) -> None:  # T2
+    original = module.AgentExecutor._next_member
+
+    def next_member(self, label, group_size=None):
+        member = original(self, label, group_size)
+        row = {"seed": json.loads(label)["seed"], "member": member, "pid": os.getpid()}
+        with open(os.path.join(os.environ["RAGEN2_HARNESS_DIR"], "members.jsonl"), "a") as handle:
+            handle.write(json.dumps(row) + "\n")
+        return member
+
+    module.AgentExecutor._next_member = next_member
+    APPLIED.append("T2")
+
+
 CALLBACKS = {"torch": _torch, "ray": _ray, "openrlhf.trainer.ppo_utils.replay_buffer": _replay_buffer,
              "openrlhf.trainer.ray.ppo_actor": _ppo_actor, "openrlhf.trainer.ray.vllm_engine": _vllm_engine,
-             "ragen2.engines.openrlhf.trainer_patch": _trainer_patch}
+             "ragen2.engines.openrlhf.trainer_patch": _trainer_patch, "ragen2.engines.openrlhf.agent": _agent}
 
 
 def install() -> None:
@@ -218,10 +236,6 @@ def install() -> None:
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
     install_stand_ins()
     sys.meta_path.insert(0, _AfterImport(CALLBACKS))
-    # A1: sys.argv is set before site-packages start-up code runs; launch.main reads it later
-    if "--ragen2.settings" in sys.argv and "--ds.attn_implementation" not in sys.argv:
-        sys.argv += ["--ds.attn_implementation", "sdpa"]
-        APPLIED.append("A1")
     for name, callback in CALLBACKS.items():  # already imported (unlikely at start-up): patch now
         if name in sys.modules:
             callback(sys.modules[name])

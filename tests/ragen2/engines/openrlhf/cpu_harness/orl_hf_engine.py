@@ -1,17 +1,21 @@
-"""Test harness only: OpenRLHF's rollout actor with vLLM's engine replaced by Hugging Face `generate`.
+"""Test harness only: OpenRLHF's rollout actor with vLLM's engine replaced by a Hugging Face model.
 
 `HFRolloutActorImpl` subclasses the class under OpenRLHF's `ray.remote` RolloutRayActor
 (trainer/ray/vllm_engine.py), so OpenRLHF's own request handling (`generate_responses`: one
 `executor.execute(...)` per sample, with `llm_engine=self`) and agent loading
 (`_load_agent_executor` on --train.agent_func_path) run unchanged. Replaced is what touched vLLM:
 `__init__` (an HF model in the dtype create_vllm_engines passes), `generate` (token ids in, a
-vLLM-shaped RequestOutput out), sleep / wake_up / prefix cache / pause, and the colocated weight
-sync `update_weight_cuda_ipc` (trainer/ray/ppo_actor.py: with CPU tensors, torch's reduce_tensor
-handle carries the storage, so rebuilding it gives the trained weights). The NCCL broadcast path
+vLLM-shaped RequestOutput out, decoded token by token with vLLM 0.29.0's stop and sampling rules:
+vllm_semantics.py), sleep / wake_up / prefix cache / pause, and the colocated weight sync
+`update_weight_cuda_ipc` (trainer/ray/ppo_actor.py: with CPU tensors, torch's reduce_tensor handle
+carries the storage, so rebuilding it gives the trained weights). The NCCL broadcast path
 (init_process_group / update_weight) is refused: it needs vLLM and CUDA.
 
+Not vLLM: one request at a time, each from its own seed (see _generate), and no prefix cache.
+
 For the test, after every full weight sync and every sleep, the engine writes its counters
-(engine-<pid>.json) and after a sync its weights (engine-<pid>.safetensors) to $RAGEN2_HARNESS_DIR.
+(engine-<pid>.json: calls, tokens, finish reasons, syncs) and after a sync its weights
+(engine-<pid>.safetensors) to $RAGEN2_HARNESS_DIR.
 """
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ from types import SimpleNamespace
 
 import ray
 import torch
+from vllm_semantics import StopRule, sample
 
 _vllm_engine = importlib.import_module("openrlhf.trainer.ray.vllm_engine")
 _Base = _vllm_engine.RolloutRayActor.__ray_actor_class__
@@ -45,6 +50,8 @@ class HFRolloutActorImpl(_Base):
         self.tokenizer = AutoTokenizer.from_pretrained(kwargs["model"])
         self.model = AutoModelForCausalLM.from_pretrained(kwargs["model"], dtype=self.dtype,
                                                           attn_implementation="sdpa").eval()
+        # vLLM stops at these too (vllm_semantics); its other defaults are not applied to requests
+        self.generation_eos = getattr(self.model.generation_config, "eos_token_id", None)
         self._seed = int(kwargs.get("seed", 0))
         self._prompts_seen: dict[int, int] = {}
         self._lock = threading.Lock()  # one generate at a time
@@ -52,7 +59,7 @@ class HFRolloutActorImpl(_Base):
         self.awake = {"weights": True, "kv_cache": True}
         self.stats = {"executor": f"{type(self.executor).__module__}.{type(self.executor).__name__}",
                       "generate_calls": 0, "generated_tokens": 0, "sleeps": 0, "wake_ups": 0,
-                      "tensors_updated": 0, "weight_syncs": 0}
+                      "tensors_updated": 0, "weight_syncs": 0, "finishes": {}}
         self._write()
 
     def _write(self, weights: bool = False) -> None:
@@ -121,49 +128,46 @@ class HFRolloutActorImpl(_Base):
         finally:
             self._unfinished -= 1
 
-    # --- HF generate shaped as vLLM's RequestOutput ---------------------------------------------
+    # --- a token-by-token decode shaped as vLLM's RequestOutput ---------------------------------
 
     def _generate(self, prompt_ids: list[int], params):
-        eos = self.tokenizer.eos_token_id
-        stops = list(getattr(params, "stop", None) or [])
-        limit = params.max_tokens or (self.kwargs.get("max_model_len") or 2048) - len(prompt_ids)
-        options = dict(max_new_tokens=max(1, int(limit)), eos_token_id=eos, return_dict_in_generate=True,
-                       output_logits=True, pad_token_id=self.tokenizer.pad_token_id or eos)
+        limit = (self.kwargs.get("max_model_len") or 2048) - len(prompt_ids)
+        rule = StopRule.of(params, self.tokenizer.eos_token_id, self.generation_eos, max_tokens=limit)
         temperature = float(getattr(params, "temperature", 1.0) or 0.0)
-        if temperature > 0:
-            top_k = getattr(params, "top_k", -1)
-            options.update(do_sample=True, temperature=temperature, top_p=float(params.top_p or 1.0),
-                           top_k=None if top_k is None or top_k < 0 else int(top_k))
-        else:
-            options.update(do_sample=False)
-        if stops:
-            options.update(stop_strings=stops, tokenizer=self.tokenizer)
+        top_k, top_p = int(getattr(params, "top_k", -1) or -1), float(getattr(params, "top_p", 1.0) or 1.0)
+        skip_special = bool(getattr(params, "skip_special_tokens", True))
         with self._lock, torch.no_grad():
             # Each request draws from its own seed (its prompt and how often that prompt came before),
-            # not from one stream in arrival order: OpenRLHF's agents run concurrently, so the
+            # not from one stream in arrival order as vLLM: OpenRLHF's agents run concurrently, so the
             # arrival order, and with one stream every sample, would depend on the machine's load.
             key = zlib.crc32(repr(prompt_ids).encode())
             seen = self._prompts_seen.get(key, 0)
             self._prompts_seen[key] = seen + 1
-            torch.manual_seed((self._seed * 1_000_003 + key * 7919 + seen) % 2**63)
-            ids_in = torch.tensor([prompt_ids])
-            out = self.model.generate(input_ids=ids_in, attention_mask=torch.ones_like(ids_in), **options)
-        ids = out.sequences[0, len(prompt_ids):].tolist()
-        # vLLM: stop at EOS (kept) or at the first stop string (kept with include_stop_str_in_output)
-        finish, cut = "length", len(ids)
-        for i, token in enumerate(ids):
-            if token == eos or (stops and any(s in self.tokenizer.decode(ids[:i + 1]) for s in stops)):
-                finish, cut = "stop", i + 1
-                break
-        ids = ids[:cut]
+            generator = torch.Generator().manual_seed((self._seed * 1_000_003 + key * 7919 + seen) % 2**63)
+            ids, raw_logprobs, text, past = [], [], "", None
+            feed, finish = torch.tensor([prompt_ids]), None
+            while finish is None:
+                out = self.model(input_ids=feed, past_key_values=past, use_cache=True)
+                past, logits = out.past_key_values, out.logits[0, -1].float()
+                log_softmax = torch.log_softmax(logits, dim=-1)  # vLLM's default: the raw log-probs
+                if len(ids) < rule.min_tokens:
+                    logits[sorted(rule.masked_early)] = float("-inf")
+                token = sample(logits, temperature, top_k, top_p, generator)
+                ids.append(token)
+                raw_logprobs.append(float(log_softmax[token]))
+                new_text = self.tokenizer.decode(ids, skip_special_tokens=skip_special)
+                finish, text = rule.check(ids, new_text, len(new_text) - len(text)), new_text
+                feed = torch.tensor([[token]])
+        finish_reason, stop_reason = finish
         logprobs = None
-        if getattr(params, "logprobs", None) is not None and ids:
-            log_softmax = torch.log_softmax(torch.stack(out.logits[:len(ids)], dim=1)[0].float(), dim=-1)
-            logprobs = [{t: SimpleNamespace(logprob=float(log_softmax[i, t]))} for i, t in enumerate(ids)]
+        if getattr(params, "logprobs", None) is not None:
+            logprobs = [{t: SimpleNamespace(logprob=lp)} for t, lp in zip(ids, raw_logprobs)]
         self.stats["generate_calls"] += 1
         self.stats["generated_tokens"] += len(ids)
-        completion = SimpleNamespace(index=0, token_ids=ids, text=self.tokenizer.decode(ids), logprobs=logprobs,
-                                     finish_reason=finish, stop_reason=None, cumulative_logprob=None)
+        self.stats["finishes"][f"{finish_reason}:{type(stop_reason).__name__}"] = (
+            self.stats["finishes"].get(f"{finish_reason}:{type(stop_reason).__name__}", 0) + 1)
+        completion = SimpleNamespace(index=0, token_ids=ids, text=text, logprobs=logprobs,
+                                     finish_reason=finish_reason, stop_reason=stop_reason, cumulative_logprob=None)
         return SimpleNamespace(request_id=uuid_hex(), prompt_token_ids=prompt_ids, outputs=[completion],
                                finished=True)
 
