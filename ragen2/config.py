@@ -4,8 +4,10 @@
                       overrides=["trainer.total_steps=50", "rollout.group_size=8"])
 
 Layers, later wins: `configs/base.yaml` → `configs/envs/<env>.yaml` (replaces the env section)
-→ `configs/algos/<algo>.yaml` → the filter preset (`configs/filters/<filter>.yaml`, owned by
-`snr/`) → extra files (`--config`, e.g. configs/paper/) → dotted overrides.
+→ `configs/algos/<algo>.yaml` → the filter preset (`snr/presets/<filter>.yaml`, package data of
+`snr`, read with `snr.load_preset`) → extra files (`--config`: a path, or a bundled config's name
+such as `paper/ragen2-main`) → dotted overrides. Every preset name is matched by `snr.find_preset`
+(case, `_` and `-` ignored, "did you mean" on a typo).
 Every section forbids unknown keys and checks its values, so a typo or a bad value fails
 here, naming the key and the allowed values, before any model loads.
 
@@ -72,9 +74,9 @@ class ModelSection(Section):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
     lora_rank: int = Field(0, ge=0)  # 0 = full fine-tuning
-    lora_alpha: int = Field(16, ge=1)
-    lora_dropout: float = Field(0.0, ge=0.0, lt=1.0)
-    gradient_checkpointing: bool = False
+    lora_alpha: int = Field(16, ge=1)  # LoRA scaling: the adapters' update is multiplied by alpha / rank
+    lora_dropout: float = Field(0.0, ge=0.0, lt=1.0)  # dropout on the LoRA adapters' input
+    gradient_checkpointing: bool = False  # recompute activations in the backward pass: less memory, more compute
 
 
     @field_validator("device")
@@ -86,7 +88,7 @@ class ModelSection(Section):
 
 
 class EnvSection(Section):
-    name: str = "bandit"
+    name: str = "bandit"  # a registered env (`ragen2 envs list`) or module.path:Class of your own (a TextEnv)
     overrides: dict[str, Any] = Field(default_factory=dict)  # the env's own config keys
     val_name: str | None = None  # validate on another env (generalisation); None = the training env
 
@@ -104,27 +106,33 @@ class EnvSection(Section):
 
 
 class AlgoSection(Section):
+    # the algorithm's label (run names, reports); set on the command line it picks that algo preset
     name: str = "ppo"
+    # gae: PPO with a critic; bilevel_gae: GAE within and across turns (critic); grpo: group-normalised
+    # outcome reward, no critic; dr_grpo: group-mean-centred, no std division (Dr. GRPO)
     advantage: Literal["gae", "bilevel_gae", "grpo", "dr_grpo"] = "gae"
-    gamma: float = Field(1.0, ge=0.0, le=1.0)
-    lam: float = Field(1.0, ge=0.0, le=1.0)
+    gamma: float = Field(1.0, ge=0.0, le=1.0)  # GAE discount over tokens
+    lam: float = Field(1.0, ge=0.0, le=1.0)  # GAE lambda over tokens
     turn_gamma: float = Field(0.95, ge=0.0, le=1.0)  # bi-level GAE, across turns
-    turn_lam: float = Field(1.0, ge=0.0, le=1.0)
-    grpo_std_eps: float = Field(1e-6, gt=0.0)
-    clip_low: float = Field(0.2, gt=0.0, lt=1.0)
-    clip_high: float = Field(0.28, gt=0.0)
+    turn_lam: float = Field(1.0, ge=0.0, le=1.0)  # bi-level GAE lambda, across turns
+    grpo_std_eps: float = Field(1e-6, gt=0.0)  # grpo: added to the group std before dividing
+    clip_low: float = Field(0.2, gt=0.0, lt=1.0)  # PPO ratio clip below: 1 - clip_low
+    clip_high: float = Field(0.28, gt=0.0)  # PPO ratio clip above: 1 + clip_high (clip-higher when > clip_low)
     # RAGEN-2 runs veRL, whose policy loss always applies clip_ratio_c = 3 (A < 0 tokens' loss
     # capped at 3|A|); null turns the dual clip off (plain PPO clip)
     dual_clip: float | None = Field(3.0, gt=1.0)
+    # how token losses become one number: mean over all tokens, or per sequence first (mean or sum of its tokens)
     loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = "token-mean"
-    entropy_coef: float = Field(0.001, ge=0.0)
+    entropy_coef: float = Field(0.001, ge=0.0)  # entropy bonus weight in the policy loss
     kl_coef: float = Field(0.0, ge=0.0)  # 0 = no KL and no reference model
-    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
-    kl_mode: Literal["loss", "reward"] = "loss"
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"  # Schulman's KL estimators (k3: unbiased, >= 0)
+    kl_mode: Literal["loss", "reward"] = "loss"  # KL as a loss term, or subtracted from the token rewards
     # the critic has its own optimiser; veRL (RAGEN-2) backpropagates 0.5 * clipped squared error
     # unweighted, so 1.0 matches it (the weight matters through grad_clip)
     value_coef: float = Field(1.0, ge=0.0)
     value_clip: float | None = Field(0.5, gt=0.0)  # veRL's critic.cliprange_value, as RAGEN-2 runs it; null = off
+    # scale the policy loss by the kept fraction of groups (linear) or its square root, so a heavily
+    # filtered step does not take a full-size step on few groups; none = unscaled (RAGEN-2)
     filter_loss_scaling: Literal["none", "linear", "sqrt"] = "none"
 
     @property
@@ -133,12 +141,12 @@ class AlgoSection(Section):
 
 
 class OptimSection(Section):
-    actor_lr: float = Field(1e-5, gt=0.0)
-    critic_lr: float = Field(1e-4, gt=0.0)
-    weight_decay: float = Field(0.0, ge=0.0)
-    betas: tuple[float, float] = (0.9, 0.999)
-    grad_clip: float = Field(1.0, gt=0.0)
-    ppo_epochs: int = Field(1, ge=1)
+    actor_lr: float = Field(1e-5, gt=0.0)  # AdamW learning rate of the policy
+    critic_lr: float = Field(1e-4, gt=0.0)  # AdamW learning rate of the critic (gae, bilevel_gae)
+    weight_decay: float = Field(0.0, ge=0.0)  # AdamW weight decay, both optimisers
+    betas: tuple[float, float] = (0.9, 0.999)  # AdamW betas, both optimisers
+    grad_clip: float = Field(1.0, gt=0.0)  # max global gradient norm per optimiser step
+    ppo_epochs: int = Field(1, ge=1)  # passes over each step's batch
     mini_batch_size: int = Field(8, ge=1)  # trajectories per optimiser step
     micro_batch_size: int = Field(4, ge=1)  # trajectories per forward/backward (gradient accumulation)
     # mini_batch: each term aggregated over the whole mini-batch (micro-batching changes nothing);
@@ -159,18 +167,18 @@ class OptimSection(Section):
 
 
 class TrainerSection(Section):
-    total_steps: int = Field(6, ge=1)
-    seed: int = Field(0, ge=0)
+    total_steps: int = Field(6, ge=1)  # training steps (rollout + update each); --steps
+    seed: int = Field(0, ge=0)  # seeds instances, sampling and initialisation (ragen2/seeding.py); --seed
     # torch intra-op threads. A run's numbers depend on it (reductions split by thread), so the
     # count is recorded: 0 = this process's torch default, written into config.yaml as resolved.
     num_threads: int = Field(0, ge=0)
-    out: str = "runs"
-    run_name: str | None = None
+    out: str = "runs"  # parent folder of run directories; --out
+    run_name: str | None = None  # the run directory's name; None = time-env-algo-filter-seed
     val_every: int = Field(0, ge=0)  # 0 = only at the end
-    val_groups: int = Field(8, ge=1)
-    val_temperature: float = Field(0.5, ge=0.0)
+    val_groups: int = Field(8, ge=1)  # held-out instances per validation (x rollout.group_size episodes)
+    val_temperature: float = Field(0.5, ge=0.0)  # sampling temperature of validation
     save_every: int = Field(0, ge=0)  # 0 = only at the end
-    keep_last: int = Field(2, ge=1)
+    keep_last: int = Field(2, ge=1)  # checkpoints kept; older ones are deleted
     # false: checkpoints hold weights + RNG states only (about a third of the size for a full
     # finetune); a resume from one restarts the optimiser's moments (ragen2/engines/local/checkpoint.py)
     save_optimizer: bool = True
@@ -178,8 +186,8 @@ class TrainerSection(Section):
     wandb_project: str = "ragen2"  # WANDB_PROJECT wins where set
     wandb_entity: str | None = None  # WANDB_ENTITY wins where set
     wandb_name: str | None = None  # None = the run directory's name
-    wandb_tags: list[str] = Field(default_factory=list)
-    tensorboard: bool = False
+    wandb_tags: list[str] = Field(default_factory=list)  # tags of the wandb run
+    tensorboard: bool = False  # write RUN_DIR/tensorboard/ (needs tensorboard installed)
     # completions.jsonl (+ wandb table, TensorBoard text): this many trajectories per step, the
     # best and worst first, with text, parse results and reward; 0 = off
     log_completions: int = Field(2, ge=0)
@@ -187,14 +195,14 @@ class TrainerSection(Section):
 
 
 class ProbeSection(Section):
-    every: int = Field(5, ge=0)  # 0 = off
-    num_samples: int = Field(64, ge=2)
-    mode: Literal["first_turn", "trajectory"] = "first_turn"
+    every: int = Field(5, ge=0)  # MI probe every N steps, on the pre-filter batch; 0 = off
+    num_samples: int = Field(64, ge=2)  # (prompt, segment) rows cross-scored per probe, at most
+    mode: Literal["first_turn", "trajectory"] = "first_turn"  # score the first turn, or one sampled turn per trajectory
     # what is scored under the prompts: reasoning (RAGEN-2) = the text between <think> and </think>;
     # reply = every sampled token of the turn, for answer-only mode or a model that rarely closes </think>
     segment: Literal["reasoning", "reply"] = "reasoning"
     grad_every: int = Field(0, ge=0)  # gradient decomposition; 0 = off
-    grad_buckets: int = Field(6, ge=1)
+    grad_buckets: int = Field(6, ge=1)  # reward-spread buckets the gradient is decomposed over
     # quantile: equal-count buckets by reward std, remainder in the last (RAGEN-2's default);
     # quantile_even: sizes differ by at most one; fixed_rv: std bins [0,1) ... [5,inf) (RAGEN-2's fixed_rv)
     grad_bucket_mode: Literal["quantile", "quantile_even", "fixed_rv"] = "quantile"
@@ -254,7 +262,7 @@ class Config(Section):
 # --- building ------------------------------------------------------------------------------
 
 
-def _read_yaml(path: Path) -> dict:
+def read_yaml(path: Path) -> dict:
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as error:
@@ -262,57 +270,6 @@ def _read_yaml(path: Path) -> dict:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
     return data
-
-
-def _preset_key(name: str) -> str:
-    """Preset names match as the libraries match names: case, `_` and `-` do not matter."""
-    return name.lower().replace("_", "-")
-
-
-def _preset(group: str, name: str) -> dict:
-    """`name` is a preset in configs/<group>/ or a path to a YAML file."""
-    path = Path(name)
-    if path.suffix in (".yaml", ".yml") and path.exists():
-        return _read_yaml(path)
-    folder = CONFIG_DIR / group
-    by_key = {_preset_key(p.stem): p for p in folder.glob("*.yaml")}
-    candidate = by_key.get(_preset_key(name))
-    if candidate is None and group == "envs":
-        return _env_preset(name, by_key)
-    if candidate is None:
-        close = difflib.get_close_matches(_preset_key(name), sorted(by_key), n=1)
-        hint = f" (did you mean {by_key[close[0]].stem}?)" if close else ""
-        raise ConfigError(f"unknown {group[:-1]} preset '{name}'{hint}; available: {sorted(p.stem for p in by_key.values())}")
-    return _read_yaml(candidate)
-
-
-def _preset_name(group: str, name: str) -> str:
-    """The preset's own spelling (its file name), for labels and run names."""
-    for path in (CONFIG_DIR / group).glob("*.yaml"):
-        if _preset_key(path.stem) == _preset_key(name):
-            return path.stem
-    return name
-
-
-def _env_preset(name: str, by_key: dict[str, Path]) -> dict:
-    """An env without a preset file of its own (larger_sokoban, bandit_rev, …) takes the preset of
-    the env it is a variant of (same class: its turns and lengths), under its own name."""
-    import envs
-
-    try:
-        entry = envs.spec(name)
-    except envs.EnvConfigError as error:
-        raise ConfigError(str(error)) from None
-    for path in by_key.values():
-        preset = _read_yaml(path)
-        family = (preset.get("env") or {}).get("name")
-        try:
-            if family and envs.spec(family).env_cls is entry.env_cls:
-                env_section = {"name": entry.name}  # the variant's own defaults, not the family's overrides
-                return {**preset, "env": env_section}
-        except envs.EnvConfigError:
-            continue
-    return {"env": {"name": entry.name}}
 
 
 def _merge(base: dict, update: dict) -> dict:
@@ -421,38 +378,33 @@ def upgrade_saved(data: dict) -> dict:
 
 def saved_config(path: Path) -> Config:
     """The config a run directory's config.yaml holds, written by this version or an earlier one."""
-    return build_config(upgrade_saved(_read_yaml(Path(path))))
-
-
-def _env_choice(env: str | None, overrides) -> str | None:
-    """`env.name=X` picks env X as `--env X` does: the env's preset, not the previous env's settings."""
-    named = [item.partition("=")[2].strip() for item in overrides if item.partition("=")[0].strip() == "env.name"]
-    if not named:
-        return env
-    if env is not None and _preset_key(named[-1]) != _preset_key(env):
-        raise ConfigError(f"the env is given twice: --env {env} and env.name={named[-1]}; give it once")
-    return env or named[-1]
+    return build_config(upgrade_saved(read_yaml(Path(path))))
 
 
 def load_config(*, env: str | None = None, algo: str | None = None, filter: str | None = None,
                 overrides: list[str] = (), base: Path | None = None, extra: list[Path] = ()) -> Config:
     """Compose the layers, validate once, and return the config.
 
-    `extra` YAML files (e.g. configs/paper/*.yaml) are merged after the presets, before overrides.
+    `extra` YAML files (paths, or bundled names such as paper/ragen2-main) are merged after the
+    presets, before overrides.
     """
-    data = _read_yaml(base or CONFIG_DIR / "base.yaml")
-    env = _env_choice(env, overrides)
+    from ragen2 import presets  # it imports this module
+
+    data = read_yaml(base or CONFIG_DIR / "base.yaml")
+    env, overrides = presets.choice("env", env, overrides)
+    algo, overrides = presets.choice("algo", algo, overrides)
     if env is not None:
-        preset = _preset("envs", env)
+        preset = presets.load("envs", env)
         data = _merge({k: v for k, v in data.items() if k != "env"}, preset)  # the env section is replaced whole
     if algo is not None:
-        data = _merge(data, _preset("algos", algo))
+        data = _merge(data, presets.load("algos", algo))
     if filter is not None:
-        data = _merge(data, {"filter_preset": _preset_name("filters", filter), "filter": _preset("filters", filter)})
+        data = _merge(data, {"filter_preset": presets.preset_name("filters", filter),
+                             "filter": presets.load("filters", filter)})
+    preset_algo = (data.get("algo") or {}).get("name")
     for path in extra:
-        if not Path(path).is_file():
-            raise ConfigError(f"config file {path} does not exist")
-        data = _merge(data, _read_yaml(Path(path)))
+        data = _merge(data, read_yaml(presets.config_file(path)))
+    presets.check_algo_label(data, preset_algo)
     for item in overrides:
         data = _merge(data, _parse_override(item))
     return build_config(data)

@@ -1,9 +1,17 @@
 """SNR-aware group filtering: pure torch, usable without the ragen2 pipeline.
 
-    from snr import load_preset, select_groups, StopPolicy
-    selection = select_groups(rewards, load_preset("snr-top-p"))  # rewards [num_groups, G]
-    if selection.skip: ...                                     # no update this step
-    decision = stop_policy.observe(selection)                   # stop after repeated skips / collapse
+    import torch
+    from snr import StopPolicy, available_presets, load_preset, select_groups
+
+    rewards = torch.tensor([[0.0, 1.0, 1.0, 0.0],   # [num_groups, G]: G rollouts of each prompt
+                            [1.0, 1.0, 1.0, 1.0],   # no spread: no task signal in this group
+                            [0.0, 0.0, 0.5, 0.0]])
+    selection = select_groups(rewards, load_preset("snr-top-p"))  # or any of available_presets()
+    print(selection.kept.tolist(), selection.skip)  # kept groups; skip: no update this step
+    decision = StopPolicy().observe(selection)      # stop after repeated skips / spread collapse
+
+The presets (``none``, ``starpo-s``, ``snr-top-p``, ``ragen2-main``, ...) ship with this
+package in ``snr/presets/``; ``load_preset`` also takes the path of a YAML file.
 """
 
 from .config import (
@@ -14,8 +22,11 @@ from .config import (
     TOP_P_MODES,
     FilterConfig,
     FilterConfigError,
+    UnknownPresetError,
     available_presets,
+    find_preset,
     load_preset,
+    preset_key,
 )
 from .scaling import LOSS_SCALINGS, kept_fraction_scale
 from .stopping import StopConfig, StopDecision, StopPolicy
@@ -47,10 +58,13 @@ __all__ = [
     "StopDecision",
     "StopPolicy",
     "TOP_P_MODES",
+    "UnknownPresetError",
     "ZERO_SPREAD_TOL",
     "available_presets",
+    "find_preset",
     "group_spread",
     "kept_fraction_scale",
     "load_preset",
+    "preset_key",
     "select_groups",
 ]

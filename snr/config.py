@@ -1,9 +1,13 @@
-"""Filter configuration and the named presets in ``configs/filters/``.
+"""Filter configuration and the named presets in ``snr/presets/``.
 
 A :class:`FilterConfig` says how :func:`snr.select_groups` ranks the groups of one
 training batch and which of them it keeps. Every field is validated when the
 config is built, so a bad YAML preset fails at load time with a message that
 names the field and the accepted values, not halfway through a training step.
+
+The presets are package data of ``snr`` (they install with it, from a wheel too), and
+:func:`find_preset` is the one name lookup: ragen2's config reads its env and algo
+presets with it as well, so every preset name matches the same way.
 """
 
 from __future__ import annotations
@@ -29,19 +33,16 @@ DDOFS = get_args(Ddof)
 # passes them as `scores` with metric "given".
 _CALLER_SCORED = ("reward", "reward_sum", "entropy", "entropy_variance", "entropy_std", "length")
 
-def _presets_dir() -> Path:
-    """configs/filters at the repository root, or the copy a wheel installs under share/."""
-    import sys
-
-    beside = Path(__file__).resolve().parent.parent / "configs" / "filters"
-    return beside if beside.is_dir() else Path(sys.prefix) / "share" / "ragen2" / "configs" / "filters"
-
-
-PRESETS_DIR = _presets_dir()
+# Package data (pyproject's package-data), so a wheel carries them beside the code.
+PRESETS_DIR = Path(__file__).resolve().parent / "presets"
 
 
 class FilterConfigError(ValueError):
     """A filter config or preset is invalid; the message names the field."""
+
+
+class UnknownPresetError(FilterConfigError):
+    """A preset name that names no file; the message lists the real presets."""
 
 
 def _choice(field: str, value: Any, valid: tuple[str, ...]) -> None:
@@ -149,42 +150,56 @@ class FilterConfig:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-def _normalise(name: str) -> str:
-    # Same rule as the env registry: case, '_' and '-' do not matter.
-    return name.lower().replace("_", "").replace("-", "")
+def preset_key(name: str) -> str:
+    """Preset names match as the libraries match names: case, `_` and `-` do not matter."""
+    return name.lower().replace("_", "-")
 
 
 def available_presets(presets_dir: str | Path | None = None) -> list[str]:
-    """Names of the presets (YAML files) in `presets_dir` (default configs/filters/)."""
+    """Names of the presets (YAML files) in `presets_dir` (default snr/presets/)."""
     directory = Path(presets_dir) if presets_dir is not None else PRESETS_DIR
     if not directory.is_dir():
         return []
     return sorted(p.stem for p in directory.glob("*.yaml"))
 
 
+def _is_path(name_or_path: str | Path) -> bool:
+    return isinstance(name_or_path, Path) or Path(name_or_path).suffix in (".yaml", ".yml") or \
+        Path(name_or_path).is_file()
+
+
+def find_preset(name_or_path: str | Path, presets_dir: str | Path | None = None, kind: str = "filter") -> Path:
+    """The YAML file of a preset: a name in `presets_dir` (default snr/presets/; case, `_` and `-`
+    ignored) or a path. An unknown name raises :class:`UnknownPresetError` with a "did you mean"
+    and the names that exist; `kind` names the presets in that message."""
+    import difflib
+
+    if _is_path(name_or_path):
+        path = Path(name_or_path)
+        if not path.is_file():
+            raise FilterConfigError(f"{kind} preset file {path} does not exist")
+        return path
+    directory = Path(presets_dir) if presets_dir is not None else PRESETS_DIR
+    by_key = {preset_key(name): directory / f"{name}.yaml" for name in available_presets(directory)}
+    found = by_key.get(preset_key(str(name_or_path)))
+    if found is not None:
+        return found
+    close = difflib.get_close_matches(preset_key(str(name_or_path)), list(by_key), n=1)
+    hint = f" (did you mean {by_key[close[0]].stem}?)" if close else ""
+    listed = ", ".join(p.stem for p in by_key.values()) if by_key else f"none ({directory} holds no presets)"
+    raise UnknownPresetError(f"unknown {kind} preset '{name_or_path}'{hint}; available: {listed}")
+
+
 def load_preset(name_or_path: str | Path, presets_dir: str | Path | None = None) -> FilterConfig:
     """Load and validate a filter preset.
 
     `name_or_path` is a preset name (``snr-top-p``; case, ``_`` and ``-`` ignored)
-    looked up in `presets_dir` (default: ``configs/filters/`` at the repository
-    root), or the path of a YAML file.
+    looked up in `presets_dir` (default: the presets shipped in ``snr/presets/``), or
+    the path of a YAML file.
     """
     import yaml  # only the loader needs it; selection itself is pure torch
 
-    text = str(name_or_path)
-    path = Path(text)
-    if not (path.suffix in (".yaml", ".yml") or path.is_file()):
-        directory = Path(presets_dir) if presets_dir is not None else PRESETS_DIR
-        names = available_presets(directory)
-        matches = [n for n in names if _normalise(n) == _normalise(text)]
-        if not matches:
-            where = f"in {directory}" if directory.is_dir() else f"({directory} does not exist)"
-            raise FilterConfigError(
-                f"unknown filter preset {text!r} {where}; available: {', '.join(names) or 'none'}"
-            )
-        path = directory / f"{matches[0]}.yaml"
-    if not path.is_file():
-        raise FilterConfigError(f"filter preset file {path} does not exist")
+    path = find_preset(name_or_path, presets_dir)
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:

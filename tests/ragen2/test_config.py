@@ -51,7 +51,7 @@ def test_bad_values_name_the_key(overrides, message):
 
 
 def test_unknown_presets_and_files_list_what_exists(tmp_path):
-    with pytest.raises(ConfigError, match=r"unknown algo preset 'ppo2' \(did you mean ppo\?\); available: \[.*'ppo'"):
+    with pytest.raises(ConfigError, match=r"unknown algo preset 'ppo2' \(did you mean ppo\?\); available: .*\bppo\b"):
         load_config(algo="ppo2")
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(extra=[tmp_path / "missing.yaml"])
@@ -69,26 +69,3 @@ def test_resolved_config_round_trips_through_yaml():
     cfg = load_config(env="frozen_lake", algo="dapo")
     assert build_config(yaml.safe_load(cfg.to_yaml())) == cfg
     assert Path(CONFIG_DIR / "base.yaml").is_file()
-
-
-def test_a_built_wheel_carries_every_preset_and_finds_them_installed(tmp_path):
-    """Presets are package data: a non-editable install (a wheel unpacked anywhere) loads them."""
-    import subprocess
-    import sys
-    import zipfile
-
-    pytest.importorskip("setuptools")
-    root = Path(__file__).resolve().parents[2]
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                    str(tmp_path / "dist"), str(root)], check=True, capture_output=True, timeout=300)
-    (wheel,) = (tmp_path / "dist").glob("ragen2-*.whl")
-    shipped = {name for name in zipfile.ZipFile(wheel).namelist() if name.startswith("ragen2/configs/")}
-    presets = {f"ragen2/configs/{p.relative_to(CONFIG_DIR)}" for p in CONFIG_DIR.rglob("*.yaml")}
-    assert presets and presets == shipped
-    zipfile.ZipFile(wheel).extractall(tmp_path / "site")
-    probe = ("import ragen2.config as c; cfg = c.load_config(env='sokoban', algo='ppo', filter='snr-top-p'); "
-             "print(c.CONFIG_DIR, cfg.env.name, cfg.filter.strategy)")
-    out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                         env={"PYTHONPATH": str(tmp_path / "site"), "PATH": "/usr/bin:/bin"})
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == [str(tmp_path / "site" / "ragen2" / "configs"), "sokoban", "top_p"]

@@ -193,7 +193,7 @@ def test_bad_suites_fail_naming_the_key(tmp_path, change, message):
 def test_two_cells_with_one_name_are_refused(tmp_path):
     # A filter given as a path is labelled by its file name: a copy of none.yaml collides with `none`.
     copy = tmp_path / "none.yaml"
-    copy.write_text((ROOT / "configs/filters/none.yaml").read_text())
+    copy.write_text((ROOT / "snr/presets/none.yaml").read_text())
     data = {"name": "t", "seeds": [0], "matrices": [
         {"name": "a", "algos": ["ppo"], "filters": ["none", str(copy)], "envs": [None]}]}
     with pytest.raises(SuiteError, match="two cells are both named 'bandit--ppo--none--s0'"):
