@@ -4,9 +4,10 @@
 
 * `RAGEN2GRPOTrainer`: TRL's GRPOTrainer with RAGEN-2's SNR filter (`snr_filter=`) and
   template-collapse probe (`mi_probe=`), logged through TRL's own logs.
-* `EnvReward`: any registered ragen2 env as a prompt dataset and a reward function.
+* `EnvReward`: any registered ragen2 env as a prompt dataset and a reward function (one turn).
+* `EnvRollout`: multi-turn episodes of a registered env as TRL's `rollout_func`.
 
-Only the trainer imports TRL, and only when it is asked for: the configs and the env adapter load
+Only the trainer imports TRL, and only when it is asked for: the configs and the env adapters load
 without it.
 """
 
@@ -17,6 +18,7 @@ _LAZY = {
     "SNRFilterArgs": "filtering", "GroupFilter": "filtering",
     "MIProbeArgs": "probe", "CollapseProbe": "probe",
     "EnvReward": "env_reward", "env_dataset": "env_reward",
+    "EnvRollout": "env_rollout",
 }
 
 

@@ -12,8 +12,8 @@ format penalty included): it is scored by `ragen2.rollout.episode.Episode`, the 
 ragen2 engines run, so the env sees what it would see under ragen2 (prefill + the decoded reply,
 the final EOS dropped).
 
-Multi-turn episodes need the env's observations between turns, which a reward function cannot
-give; see docs/trl.md for what TRL 1.16 offers there.
+Multi-turn episodes need the env between turns, which a reward function cannot be:
+`ragen2.integrations.trl.env_rollout.EnvRollout` runs them as TRL's `rollout_func`.
 """
 
 from __future__ import annotations
@@ -62,24 +62,11 @@ class EnvReward:
 
     def prompt(self, seed: int) -> str:
         """The first-turn prompt of the instance `seed`, as text for TRL to tokenize."""
-        observation, _ = self.env.reset(seed=int(seed))
-        messages = first_turn_messages(self.env, observation, self.rules.max_response_words)
-        text = self.chat.render(messages, add_generation_prompt=True)
-        if self.rules.prefill:
-            text += prefill_tag(self.env.config.require_think)
-        # TRL encodes a text prompt with the tokenizer's special tokens; one that adds BOS itself
-        # (Llama-3) would then have two when the template also writes it.
-        bos = getattr(self.tokenizer, "bos_token", None)
-        if bos and text.startswith(bos) and self.tokenizer("")["input_ids"][:1] == [self.tokenizer.bos_token_id]:
-            text = text[len(bos):]
-        return text
+        return first_prompt_text(self.env, self.chat, self.rules, seed)
 
     def dataset(self, seeds: Iterable[int]):
         """A `datasets.Dataset` with columns `prompt` (text) and `seed`: one row per env instance."""
-        from datasets import Dataset
-
-        seeds = [int(s) for s in seeds]
-        return Dataset.from_dict({"prompt": [self.prompt(s) for s in seeds], "seed": seeds})
+        return seed_dataset(self.prompt, seeds)
 
     # --- the reward -------------------------------------------------------------------------
 
@@ -111,6 +98,30 @@ class EnvReward:
         finish = "eos" if ids and ids[-1] in self.eos_ids else "length"
         episode.take_reply(ids, [0.0] * len(ids), finish)
         return episode.record
+
+
+def first_prompt_text(env, chat: ChatFormat, rules: TurnRules, seed: int) -> str:
+    """Instance `seed`'s first prompt as ragen2 writes it (messages, chat template, prefill), as text."""
+    observation, _ = env.reset(seed=int(seed))
+    messages = first_turn_messages(env, observation, rules.max_response_words)
+    text = chat.render(messages, add_generation_prompt=True)
+    if rules.prefill:
+        text += prefill_tag(env.config.require_think)
+    # TRL encodes a text prompt with the tokenizer's special tokens; one that adds BOS itself
+    # (Llama-3) would then have two when the template also writes it.
+    tokenizer = chat.tokenizer
+    bos = getattr(tokenizer, "bos_token", None)
+    if bos and text.startswith(bos) and tokenizer("")["input_ids"][:1] == [tokenizer.bos_token_id]:
+        text = text[len(bos):]
+    return text
+
+
+def seed_dataset(prompt_of, seeds: Iterable[int]):
+    """A `datasets.Dataset` with columns `prompt` (`prompt_of(seed)`) and `seed`."""
+    from datasets import Dataset
+
+    seeds = [int(s) for s in seeds]
+    return Dataset.from_dict({"prompt": [prompt_of(s) for s in seeds], "seed": seeds})
 
 
 def env_dataset(env: str, tokenizer, seeds: Iterable[int], **kwargs: Any):

@@ -36,6 +36,7 @@ def make_trainer(trl, tmp_path):
         data = train_dataset if train_dataset is not None else Dataset.from_dict({"prompt": PROMPTS})
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)  # TRL sets deprecated gradient-checkpointing flags
+            warnings.filterwarnings("ignore", message=".*'rollout_func'.*experimental")
             args = trl.GRPOConfig(
                 output_dir=str(tmp_path), per_device_train_batch_size=len(PROMPTS) * G, num_generations=G,
                 max_completion_length=6, max_steps=max_steps, learning_rate=1e-2, weight_decay=weight_decay,
@@ -53,9 +54,13 @@ def constant(completions, **kwargs):
     return [0.5] * len(completions)
 
 
-def generation_batch():
+def generation_batch_of(prompts):
     """What TRL's RepeatSampler hands `_generate_and_score_completions`: each prompt G times in a row."""
-    return [{"prompt": p} for p in PROMPTS for _ in range(G)]
+    return [{"prompt": p} for p in prompts for _ in range(G)]
+
+
+def generation_batch():
+    return generation_batch_of(PROMPTS)
 
 
 @pytest.mark.parametrize("config", ["snr-top-p", snr.FilterConfig(strategy="top_k", value=0.5, metric="reward_std")])
@@ -176,3 +181,27 @@ def test_two_real_steps_on_bandit_with_filter_and_probe(make_trainer):
                 "probe/mi_estimate", "probe/mi_zscore_ema", "probe/retrieval_accuracy@1",
                 "probe/retrieval_chance_level@1"):
         assert all(key in row for row in rows), key
+
+
+def test_multi_turn_episodes_train_through_rollout_func(make_trainer):
+    from ragen2.integrations.trl import MIProbeArgs
+    from ragen2.integrations.trl.env_rollout import EnvRollout
+
+    tokenizer = tiny_tokenizer("chatml")
+    episodes = EnvRollout("frozenlake", tokenizer, max_turns=2, max_new_tokens=6, max_context_tokens=2048)
+    trainer = make_trainer([episodes.reward], train_dataset=episodes.dataset(range(4)), max_steps=1,
+                           rollout_func=episodes, snr_filter="snr-top-p", mi_probe=MIProbeArgs(every=1))
+    group_filter, trainer.ragen2_filter = trainer.ragen2_filter, None  # TRL's own masks, unfiltered
+    out = trainer._generate_and_score_completions(generation_batch_of(episodes.dataset(range(4))["prompt"]))
+    trainer.ragen2_filter = group_filter
+    # TRL's loss mask is completion_mask x tool_mask (from env_mask; TRL pads it with 1): every row has
+    # sampled tokens in it, and the env's turns in between lie inside the completion but outside it.
+    completion_mask = out["completion_mask"].bool()
+    loss_mask = completion_mask & out["tool_mask"].bool()
+    assert loss_mask.any(dim=1).all()
+    assert (completion_mask & ~loss_mask).any(dim=1).all()  # 2 turns: the "Reward:" and next state
+    trainer.train()
+    row = next(row for row in trainer.state.log_history if "loss" in row)
+    for key in ("rewards/ragen2_frozen_lake/mean", "ragen2_frozen_lake/format_ok", "snr/kept_fraction",
+                "probe/mi_estimate"):
+        assert key in row, key
