@@ -21,8 +21,9 @@ def add_parser(subparsers) -> None:
         "audit", help=COMMANDS["audit"],
         description="ragen2 audit RUN_DIR writes an HTML report and a JSON summary; "
                     "ragen2 audit --model PATH_OR_ID --env NAME probes fresh rollouts and prints a verdict.")
-    parser.add_argument("run_dir", nargs="?", type=Path, metavar="RUN_DIR",
-                        help="a ragen2 run directory to report on (or use --model instead)")
+    parser.add_argument("run_dir", nargs="*", type=Path, metavar="RUN_DIR",
+                        help="a ragen2 run directory to report on (or use --model instead); several: the proxies' "
+                             "correlations with the target side by side per run and across runs")
     parser.add_argument("--out", type=Path, help=f"report folder (default RUN_DIR/{AUDIT_DIR})")
     parser.add_argument("--target", default="rollout/success_rate",
                         help="metric the proxies are rank-correlated with (default rollout/success_rate)")
@@ -51,11 +52,13 @@ def add_parser(subparsers) -> None:
                         help=f"for a checkpoint: also audit the base model named in its {CONFIG_FILE} on the same "
                              "instances and print the differences (twice the time)")
     parser.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
-    parser.add_argument("--json", type=Path, help="also write the model audit's numbers here")
+    parser.add_argument("--json", type=Path, help="also write the model audit's (or several runs') numbers here")
     parser.set_defaults(run=run)
 
 
 def run(args) -> int:
+    runs = args.run_dir
+    args.run_dir = runs[0] if len(runs) == 1 else (None if not runs else runs)
     if args.run_dir is None and args.model is None:
         print("error: give RUN_DIR (report on a run: ragen2 audit runs/NAME) or --model (probe a model: "
               "ragen2 audit --model bundled --env bandit)", file=sys.stderr)
@@ -65,6 +68,8 @@ def run(args) -> int:
               file=sys.stderr)
         return 2
     try:
+        if isinstance(args.run_dir, list):
+            return _runs(args)
         return _report(args) if args.run_dir is not None else _model_audit(args)
     except (FileNotFoundError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
@@ -83,6 +88,18 @@ def _report(args) -> int:
     for entry in result["data"]["spearman"]:
         if entry["rho"] is not None:
             print(f"  Spearman({entry['proxy']}, {args.target}) = {entry['rho']:+.3f} (n={entry['n']})")
+    return 0
+
+
+def _runs(args) -> int:
+    from ragen2.reports.audit_runs import audit_runs, render  # scipy: not for --help
+
+    result = audit_runs(args.run_dir, args.target)
+    print(render(result))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=1))
+        print(f"wrote {args.json}")
     return 0
 
 
