@@ -68,6 +68,10 @@ def _flag_hint(parser: argparse.ArgumentParser, args, stray: list[str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    # `--env mymodule:MyEnv` names a module in this folder, as `python -m` would find it; appended,
+    # so an installed package of the same name still wins
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.append(os.getcwd())
     parser = build_parser(argv)
     # KEY=VALUE overrides may come after options (`show sokoban --seed 1 dim_x=8`), where
     # argparse no longer fills a positional list: collect them here.

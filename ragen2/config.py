@@ -382,7 +382,7 @@ def saved_config(path: Path) -> Config:
 
 
 def load_config(*, env: str | None = None, algo: str | None = None, filter: str | None = None,
-                overrides: list[str] = (), base: Path | None = None, extra: list[Path] = ()) -> Config:
+                overrides: list[str] = (), base: Path | None = None, extra: list[str | Path] = ()) -> Config:
     """Compose the layers, validate once, and return the config.
 
     `extra` YAML files (paths, or bundled names such as paper/ragen2-main) are merged after the

@@ -2,11 +2,18 @@
 
 Bad input fails before torch and transformers load (seconds): the trainer, the model checks and
 the checkpoints are imported inside the functions that need them, once the config is known good.
+
+From Python, `ragen2.train` (here: `train`) does the same with a config from `ragen2.load_config`:
+
+    import ragen2
+    cfg = ragen2.load_config(env="mypkg.envs:MyEnv", algo="grpo", overrides=["trainer.total_steps=20"])
+    summary = ragen2.train(cfg)          # the run directory, metrics and summary as the CLI writes them
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 import time
@@ -27,14 +34,19 @@ def add_parser(subparsers) -> None:
         "train", help=COMMANDS["train"],
         description="Train with StarPO rollouts and PPO/GRPO. Overrides: KEY=VALUE, e.g. "
                     "env=frozen_lake algo=grpo trainer.total_steps=50 rollout.group_size=8")
-    parser.add_argument("--env", help="env preset in configs/envs (default: base.yaml's env)")
-    parser.add_argument("--algo", help="algo preset in configs/algos: ppo, grpo, dr-grpo, dapo, starpo, starpo-s")
-    parser.add_argument("--filter", help="filter preset in configs/filters: none, starpo-s, snr-top-p, …")
+    parser.add_argument("--env", help="an env of `ragen2 envs list` (its preset in configs/envs, or its family's), or "
+                                      "module.path:Class for an env of your own (default: base.yaml's env)")
+    parser.add_argument("--algo", help="algo preset in configs/algos: ppo, grpo, dr-grpo, dapo, starpo, starpo-s, …")
+    parser.add_argument("--filter", help="filter preset in snr/presets: none, starpo-s, snr-top-p, ragen2-main, …")
     parser.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE",
                         help="env config key, repeatable (as in eval, audit, envs): --env-arg dim_x=8 is "
                              "env.overrides.dim_x=8")
     parser.add_argument("--config", action="append", default=[], metavar="YAML",
-                        help="extra YAML merged after base.yaml (e.g. configs/paper/ragen2-main.yaml); repeatable")
+                        help="extra YAML merged after the presets: a file, or a bundled config's name "
+                             "(paper/ragen2-main, paper/starpo-s); repeatable")
+    parser.add_argument("--explain", metavar="KEY",
+                        help="print a config key's type, default and meaning (or a section's keys) and exit; "
+                             "every key: docs/config.md")
     parser.add_argument("--model", help="'bundled' (SmolLM2-135M-Instruct), a hub id or a local path")
     parser.add_argument("--out", help="parent folder for run directories (default runs/)")
     parser.add_argument("--seed", type=int, help="trainer seed")
@@ -90,10 +102,16 @@ def compose(args):
         return cfg, run_dir, True
 
     cfg = load_config(env=presets["env"], algo=presets["algo"], filter=presets["filter"], overrides=overrides,
-                      extra=[Path(p) for p in args.config])
+                      extra=list(args.config))
+    return cfg, run_directory(cfg), False
+
+
+def run_directory(cfg) -> Path:
+    """trainer.out / trainer.run_name, or a name made of the time, env, algo, filter and seed."""
+    env = re.sub(r"[^A-Za-z0-9_.+-]", "_", cfg.env.name.rpartition(":")[2])  # module:Class -> Class
     name = cfg.trainer.run_name or (
-        f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.env.name}-{cfg.algo.name}-{cfg.filter_preset}-s{cfg.trainer.seed}")
-    return cfg, Path(cfg.trainer.out) / name, False
+        f"{time.strftime('%Y%m%d-%H%M%S')}-{env}-{cfg.algo.name}-{cfg.filter_preset}-s{cfg.trainer.seed}")
+    return Path(cfg.trainer.out) / name
 
 
 class AlreadyFinished(ConfigError):
@@ -156,7 +174,29 @@ def _print_plan(cfg, run_dir: Path, resume: bool) -> None:
           f"({cfg.model.dtype}, {cfg.model.device})", file=sys.stderr)
 
 
+def train(config=None, *, run_dir: str | Path | None = None, quiet: bool = True, **compose) -> dict:
+    """Train with the local engine and return the run's summary (also in RUN_DIR/summary.json).
+
+    `config` is a `ragen2.config.Config` (from `ragen2.load_config`); without one, the keyword
+    arguments of `load_config` build it (env=, algo=, filter=, overrides=[...], extra=[...]).
+    `run_dir` defaults to trainer.out / trainer.run_name (or a name made of the time and the
+    settings). Bad input raises `ConfigError` before any model loads, as the CLI fails.
+    """
+    if config is None:
+        config = load_config(**compose)
+    elif compose:
+        raise TypeError(f"give a config or load_config's arguments, not both: {sorted(compose)}")
+    run_dir = Path(run_dir) if run_dir is not None else run_directory(config)
+    preflight(config, run_dir, resume=False)
+    from ragen2.engines.local import trainer  # see the module doc
+
+    run = trainer.setup(config, run_dir, quiet=quiet)
+    return trainer.train(run)
+
+
 def run(args) -> int:
+    if getattr(args, "explain", None):
+        return _explain(args.explain)
     engine = getattr(args, "engine", "local")
     if engine == "openrlhf" and args.resume:
         print("error: --resume is for the local engine; the OpenRLHF engine does not resume runs yet", file=sys.stderr)
@@ -197,6 +237,17 @@ def run(args) -> int:
     if summary.get("interrupted"):
         return _report_interrupt(summary)
     print_summary(summary)
+    return 0
+
+
+def _explain(key: str) -> int:
+    from ragen2 import config_reference  # reads the config models' source: only when asked
+
+    try:
+        print(config_reference.explain(key))
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     return 0
 
 
