@@ -15,3 +15,4 @@ See docs/distributed.md.
 
 OPENRLHF_VERSION = "0.11.2"
 SETTINGS_ENV = "RAGEN2_OPENRLHF_SETTINGS"  # the trainer subclass's settings (JSON), in every Ray worker
+SMOKE_LOG_ENV = "RAGEN2_SMOKE_LOG"  # where smoke_agent.py records (scripts/gpu_smoke.sh)
