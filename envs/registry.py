@@ -3,11 +3,18 @@
 Names are matched ignoring case, `_` and `-`, so `FrozenLake`, `frozen_lake` and
 `frozen-lake` are one env. Variants (LargerSokoban, BanditRev, …) are entries with other
 default configs, not other classes.
+
+An env of your own needs no change here: `spec("mypkg.module:MyEnv")` imports `mypkg.module`
+(which may call `register` itself) and returns the entry of the `TextEnv` subclass `MyEnv`,
+registering it under that `module:Class` name with its config class's defaults if the module
+did not. The name works wherever an env name does (`ragen2 train --env mypkg.module:MyEnv`),
+and in a new process too (a resumed run imports the module again).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib
 import threading
 from dataclasses import dataclass
@@ -142,9 +149,36 @@ def spec(name: str) -> EnvSpec:
     _load_builtins()
     with _LOCK:
         canonical = _KEYS.get(_normalise(str(name)))
-        if canonical is None:
-            raise EnvConfigError(f"unknown env '{name}'; registered envs: {sorted(_SPECS)}")
-        return _SPECS[canonical]
+        if canonical is not None:
+            return _SPECS[canonical]
+    if ":" in str(name):
+        return _spec_from_import(str(name))
+    with _LOCK:
+        known = sorted(_SPECS)
+    close = difflib.get_close_matches(_normalise(str(name)), {_normalise(n): n for n in known}, n=1, cutoff=0.6)
+    hint = f" (did you mean {next(n for n in known if _normalise(n) == close[0])}?)" if close else ""
+    raise EnvConfigError(f"unknown env '{name}'{hint}; registered envs: {known}; an env of your own: "
+                         f"module.path:ClassName (a TextEnv subclass)")
+
+
+def _spec_from_import(reference: str) -> EnvSpec:
+    """`package.module:Class`: import the module, then the entry of its TextEnv subclass `Class`."""
+    module_name, _, attribute = reference.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise EnvConfigError(f"env '{reference}': cannot import {module_name} ({error}); is it installed, "
+                             f"on PYTHONPATH or in the current folder?") from None
+    env_cls = getattr(module, attribute, None)
+    if not (isinstance(env_cls, type) and issubclass(env_cls, TextEnv)):
+        raise EnvConfigError(f"env '{reference}': {module_name} has no TextEnv subclass named {attribute!r}")
+    with _LOCK:
+        entry = next((s for s in _SPECS.values() if s.env_cls is env_cls), None)  # the module registered it
+        if entry is None:
+            doc = (env_cls.__doc__ or "").strip().splitlines()
+            entry = register(reference, env_cls, env_cls.config_cls(), doc[0] if doc else reference)
+        _KEYS[_normalise(reference)] = entry.name  # the next lookup of this reference is a plain one
+        return entry
 
 
 def make(name: str, **config_overrides) -> TextEnv:
