@@ -13,6 +13,7 @@ model) or written as a PEFT adapter (`--lora adapter`: adapter_config.json + ada
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from ragen2.reports import audit
@@ -78,7 +79,18 @@ def export_checkpoint(run_dir: Path, out: Path | None = None, checkpoint: str | 
         policy.peft_config["default"].base_model_name_or_path = spec.source
     _plain(policy).save_pretrained(out)
     tokenizer.save_pretrained(out)
+    _readable(out)
     return out
+
+
+def _readable(folder: Path) -> None:
+    """save_pretrained writes the weights through a private temporary file (mode 0600): give every
+    file the mode a new file gets here (0644 under the usual umask 022), so others can load the export."""
+    umask = os.umask(0)
+    os.umask(umask)  # reading the umask means setting it; put it back at once
+    for path in Path(folder).rglob("*"):
+        if path.is_file():
+            path.chmod(0o666 & ~umask)
 
 
 def folder_size(path: Path) -> int:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import hashlib
 import importlib.util
 import json
 import logging
@@ -55,6 +56,7 @@ BUNDLED_CACHE_NAME = "smollm2-135m-instruct"
 CACHE_MARKER = "ragen2_cache.json"
 CACHE_FORMAT = 1  # bump when the cache layout changes, so old caches rebuild
 WEIGHTS_FILE = "model.safetensors"
+_HASHED_BYTES = 1 << 20  # of the GGUF's head and of its tail, for the cache key (the whole 90 MB: 0.3 s a load)
 _STALE_BUILD_SECONDS = 3600  # a staging dir this old belongs to a killed build (a real one takes ~1 min)
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
@@ -168,9 +170,18 @@ def ensure_gguf_cache(gguf_path: Path, cache_dir: Path) -> Path:
 
 
 def _gguf_marker(gguf_path: Path) -> dict:
-    stat = gguf_path.stat()
-    return {"format": CACHE_FORMAT, "gguf_file": gguf_path.name, "gguf_size": stat.st_size,
-            "gguf_mtime_ns": stat.st_mtime_ns}
+    """What names the GGUF's content: its size and a hash of its first and last MiB. Not its mtime:
+    two venvs holding the same wheel install the same bytes at different times, and a timestamp key
+    re-converted the model (30-90 s) each time the other venv ran."""
+    size = gguf_path.stat().st_size
+    digest = hashlib.sha256()
+    with open(gguf_path, "rb") as handle:
+        digest.update(handle.read(_HASHED_BYTES))  # metadata and tensor index live at the start
+        if size > _HASHED_BYTES:
+            handle.seek(max(_HASHED_BYTES, size - _HASHED_BYTES))
+            digest.update(handle.read())
+    return {"format": CACHE_FORMAT, "gguf_file": gguf_path.name, "gguf_size": size,
+            "gguf_head_tail_sha256": digest.hexdigest()}
 
 
 def _cache_is_current(cache_dir: Path, marker: dict) -> bool:

@@ -88,11 +88,37 @@ def _with_env(run):
     return wrapped
 
 
+def _action_limit_note(env: TextEnv, prompt: str) -> None:
+    """RAGEN-2's system prompt says "up to N actions" with N the trajectory's budget (10 in Sokoban),
+    while the parser runs at most max_actions_per_turn (2) a turn: kept for fidelity, said here."""
+    config = env.config
+    if (config.prompt_action_limit == "per_traj" and config.max_actions_per_turn < config.max_actions_per_traj
+            and f"You can make up to {config.max_actions_per_traj} actions" in prompt):
+        print(f"note: \"up to {config.max_actions_per_traj} actions\" is RAGEN-2's wording for the whole episode's "
+              f"budget; each turn runs at most {config.max_actions_per_turn} (the rest are dropped). "
+              f"prompt_action_limit=per_turn states the per-turn limit instead (docs/fidelity.md)", file=sys.stderr)
+
+
 @_with_env
 def run_show(args, env: TextEnv) -> int:
     obs, _ = env.reset(seed=args.seed)
-    print(render_messages(first_turn_messages(env, obs)))
+    prompt = render_messages(first_turn_messages(env, obs))
+    print(prompt)
+    _action_limit_note(env, prompt)
     return 0
+
+
+def enable_line_editing(stdin=None) -> bool:
+    """Arrow keys and history for `input()` where the terminal has them (readline); without it an
+    arrow key typed escape codes into the turn, and the turn was spent on them."""
+    stdin = sys.stdin if stdin is None else stdin
+    if not stdin.isatty():  # piped input: nothing to edit, and readline may write escape codes
+        return False
+    try:
+        import readline  # noqa: F401  (importing it is what turns line editing on for input())
+    except ImportError:  # Windows without pyreadline
+        return False
+    return True
 
 
 def _as_response(line: str, env: TextEnv) -> str:
@@ -107,7 +133,10 @@ def _as_response(line: str, env: TextEnv) -> str:
 def run_play(args, env: TextEnv) -> int:
     obs, _ = env.reset(seed=args.seed)
     messages = first_turn_messages(env, obs)
-    print(render_messages(messages))
+    prompt = render_messages(messages)
+    print(prompt)
+    _action_limit_note(env, prompt)
+    enable_line_editing()
     print("\nType actions (e.g. `Up || Left`) or a full <think>…</think><answer>…</answer>; "
           "an empty line or Ctrl-D quits.\n")
     total, turn = 0.0, 1

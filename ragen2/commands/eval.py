@@ -1,4 +1,4 @@
-"""`ragen2 eval CKPT --env NAME`: a checkpoint (or any model) on held-out env variants.
+"""`ragen2 eval CKPT [--env NAME]`: a checkpoint (or any model) on held-out env variants.
 
 CKPT is a checkpoint folder (`RUN/checkpoints/step_NNNNNN`), a run directory (its latest
 checkpoint), or a model: a local Hugging Face folder, a hub id, or `bundled`. A checkpoint is
@@ -6,7 +6,8 @@ rebuilt the way its run built it (the run's config.yaml: base model, dtype, LoRA
 policy weights loaded on top; a model gets the env's training preset (configs/envs/NAME.yaml,
 as `ragen2 train --env NAME`). Episodes are rolled out with the training rollout code
 (ragen2.rollout), on instance seeds drawn from their own stream, apart from the training and
-validation seeds, so "held out" holds for the instances as well as the variant.
+validation seeds, so "held out" holds for the instances as well as the variant. Without
+`--env`, a checkpoint or run is evaluated on its run's own env and env settings; a model needs one.
 
 Generalisation variants: bandit_rev (misleading arm names), bandit_test (held-out word pairs),
 larger_sokoban, sokoban_different_grid_vocab; any registered env works (`ragen2 envs list`).
@@ -47,7 +48,8 @@ def add_parser(subparsers) -> None:
                     "larger_sokoban or sokoban_different_grid_vocab. Writes JSON.")
     parser.add_argument("target", metavar="CKPT",
                         help="checkpoint folder, run directory, model folder, hub id or 'bundled'")
-    parser.add_argument("--env", required=True, help="env to evaluate on (ragen2 envs list)")
+    parser.add_argument("--env", help="env to evaluate on (ragen2 envs list; default: a run's own env, with its "
+                                      "settings)")
     parser.add_argument("--episodes", type=int, default=64, help="episodes in all (rounded up to whole groups)")
     parser.add_argument("--group-size", type=int, help="episodes per instance, for pass@G (default: the run's)")
     parser.add_argument("--seed", type=int, default=0, help="seeds the instances and the sampling")
@@ -182,6 +184,11 @@ def run(args) -> int:
         if args.episodes < 1 or (args.group_size is not None and args.group_size < 1):
             raise EvalError("--episodes and --group-size must be at least 1")
         cfg, checkpoint, label = resolve_target(args.target, args.env)
+        if args.env is None:
+            if checkpoint is None:
+                raise EvalError(f"{args.target} is a model, not a run: name the env to evaluate on with --env "
+                                f"(ragen2 envs list)")
+            args.env = cfg.env.name  # the run's env; its overrides carry over below
         overrides = env_overrides(cfg, args.env, args.env_override)
         rollout_overrides = {"group_size": args.group_size, "max_turns": args.max_turns,
                              "max_new_tokens": args.max_new_tokens}
@@ -218,8 +225,9 @@ def run(args) -> int:
               "temperature": temperature, "max_turns": cfg.rollout.max_turns,
               "max_new_tokens": cfg.rollout.max_new_tokens, "wall_s": round(time.perf_counter() - started, 1),
               **stats}
+    env_label = re.sub(r"[^A-Za-z0-9_.+-]", "_", args.env.rpartition(":")[2])  # module:Class -> Class
     out = args.out or ((checkpoint.parent.parent / EVAL_DIR if checkpoint else Path(EVAL_DIR))
-                       / f"{label}-{args.env}.json")
+                       / f"{label}-{env_label}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))
     print(f"{args.env}: {stats['episodes']} episodes on {stats['instances']} instances (G={group_size}), "

@@ -172,6 +172,21 @@ def _print_plan(cfg, run_dir: Path, resume: bool) -> None:
           f"{cfg.rollout.num_groups} groups x {cfg.rollout.group_size}, up to {cfg.rollout.max_turns} turn(s) of "
           f"{cfg.rollout.max_new_tokens} tokens | {cfg.trainer.total_steps} steps | model {cfg.model.name} "
           f"({cfg.model.dtype}, {cfg.model.device})", file=sys.stderr)
+    sampled = cfg.rollout.num_groups * cfg.rollout.group_size * cfg.rollout.max_turns * cfg.rollout.max_new_tokens
+    if sampled > CPU_NOTE_TOKENS and _on_cpu(cfg.model.device):
+        print(f"note: a step samples up to {sampled} tokens (groups x G x turns x tokens), trains on them and "
+              f"validates: expect minutes a step on a CPU (model.device=cuda on a GPU)", file=sys.stderr)
+
+
+CPU_NOTE_TOKENS = 1500  # above this a CPU step takes minutes (the default Bandit job samples 512)
+
+
+def _on_cpu(device: str) -> bool:
+    if device != "auto":
+        return device == "cpu"
+    import torch  # loaded by preflight already
+
+    return not (torch.cuda.is_available() or torch.backends.mps.is_available())
 
 
 def train(config=None, *, run_dir: str | Path | None = None, quiet: bool = True, **compose) -> dict:

