@@ -205,3 +205,12 @@ def test_multi_turn_episodes_train_through_rollout_func(make_trainer):
     for key in ("rewards/ragen2_frozen_lake/mean", "ragen2_frozen_lake/format_ok", "snr/kept_fraction",
                 "probe/mi_estimate"):
         assert key in row, key
+
+
+def test_the_example_runs_end_to_end(trl, tiny_model_dir, tmp_path, capsys):
+    from ragen2.integrations.trl.example import main
+
+    rows = main(["--model", str(tiny_model_dir), "--steps", "1", "--groups", "2", "--group-size", "2",
+                 "--max-tokens", "4", "--output-dir", str(tmp_path)])
+    assert len(rows) == 1 and "snr/kept_fraction" in rows[0] and "probe/mi_estimate" in rows[0]
+    assert "reward=" in capsys.readouterr().out
