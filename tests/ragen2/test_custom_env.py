@@ -78,6 +78,15 @@ def test_train_from_the_cli_with_env_module_class(module_folder, tiny_model_dir,
     assert f"env {name}:GuessNumber | algo dapo" in out.stderr
 
 
+def test_a_run_of_an_env_of_your_own_is_named_after_its_class(module_folder, monkeypatch):
+    from ragen2.commands.train import run_directory
+
+    folder, name = module_folder
+    monkeypatch.syspath_prepend(str(folder))
+    cfg = ragen2.load_config(env=f"{name}:GuessNumber")
+    assert "-GuessNumber-dapo-none-s0" in run_directory(cfg).name and ":" not in str(run_directory(cfg))
+
+
 def test_train_from_python(module_folder, tiny_model_dir, tmp_path, monkeypatch):
     folder, name = module_folder
     monkeypatch.syspath_prepend(str(folder))
