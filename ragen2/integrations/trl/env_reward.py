@@ -35,7 +35,7 @@ _NO_CONTEXT_LIMIT = 2**62
 class EnvReward:
     """A TRL reward function scoring completions with a ragen2 env (see the module doc).
 
-    env                a registered env name (`ragen2 envs` lists them).
+    env                a registered env name (`ragen2 envs list` shows them).
     tokenizer          the policy's tokenizer, with a chat template.
     prefill            open the assistant turn with `<think>` (`<answer>` in answer-only mode), as ragen2 does.
     max_response_words the prompt's length hint; None: the env's default.

@@ -17,7 +17,7 @@ import warnings
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m ragen2.integrations.trl.example", description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="bundled", help="bundled, a local directory or a hub id")
-    parser.add_argument("--env", default="bandit", help="a registered env (ragen2 envs)")
+    parser.add_argument("--env", default="bandit", help="a registered env (ragen2 envs list)")
     parser.add_argument("--think", action="store_true", help="<think>...</think><answer>...</answer> (default: answer only)")
     parser.add_argument("--turns", type=int, default=1, help="turns per episode (> 1: EnvRollout)")
     parser.add_argument("--steps", type=int, default=2)
