@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import platform
+import subprocess
 from pathlib import Path
 
 
@@ -50,3 +51,20 @@ def machine_info(with_torch: bool = True) -> dict:
         if torch.cuda.is_available():
             info["gpu"] = torch.cuda.get_device_name(0)
     return info
+
+
+def code_version(where: Path | None = None) -> dict | None:
+    """The commit the code runs from and whether tracked files differ from it (None outside a
+    checkout, e.g. an installed wheel). A long suite's cells may run on different days and
+    machines: each records what it ran."""
+    where = Path(where or Path(__file__).resolve().parents[2])
+    try:
+        commit = subprocess.run(["git", "-C", str(where), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=10)
+        if commit.returncode != 0:
+            return None
+        changed = subprocess.run(["git", "-C", str(where), "status", "--porcelain", "--untracked-files=no"],
+                                 capture_output=True, text=True, timeout=10).stdout.splitlines()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"commit": commit.stdout.strip(), "tracked_files_changed": len(changed)}

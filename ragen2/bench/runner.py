@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ragen2.bench.machine import machine_info
+from ragen2.bench.machine import code_version, cpu_name, machine_info
 from ragen2.bench.suite import Cell, Suite, SuiteError, config_difference, key_settings
 from ragen2.bench import worker
 from ragen2.bench.worker import ERROR_FILE
@@ -197,6 +197,7 @@ def run_cells(cells: list[Cell], run_cell: Callable, display, keep_final_checkpo
         cell.run_dir.mkdir(parents=True, exist_ok=True)
         write_config(cell.run_dir, cell.config)
         state = write_state(cell.run_dir, status="running", attempts=read_state(cell.run_dir).get("attempts", 0) + 1,
+                            cpu=cpu_name(), code=code_version(),
                             reason=None)
         display.update(cell.name, status="running", note="")
         started = time.time()

@@ -57,6 +57,9 @@ def test_a_failing_cell_never_stops_the_others_and_a_rerun_skips_finished_cells(
     state = runner.read_state(cells[1].run_dir)
     assert state["status"] == "failed" and state["reason"] == f"RuntimeError: boom in {names[1]}"
     assert state["attempts"] == 1 and state["wall_s"] >= 0
+    # where and on what code each cell ran: a long suite's cells span sessions and machines
+    from ragen2.bench.machine import code_version, cpu_name
+    assert state["cpu"] == cpu_name() and state["code"] == code_version()
     assert (cells[1].run_dir / "config.yaml").read_text() == cells[1].config.to_yaml()
     log = stream.getvalue()
     assert f"{names[1]}: failed" in log and "boom in" in log and f"{names[0]}: done" in log
@@ -230,3 +233,21 @@ def test_live_table_shows_each_cell_status_and_reason():
     for line in ("cell-a │ done", "cell-b │ failed", "cell-c │ running │ 2/3"):
         assert line in text
     assert "RuntimeError: boom" in text and "1.5 min" in text
+
+
+def test_code_version_names_the_commit_and_counts_changed_tracked_files(tmp_path):
+    import subprocess
+
+    from ragen2.bench.machine import code_version
+
+    assert code_version(tmp_path) is None  # not a checkout: an installed wheel records nothing
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (tmp_path / "a.py").write_text("x = 1\n")
+    subprocess.run([*git, "add", "a.py"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "a"], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    assert code_version(tmp_path) == {"commit": head, "tracked_files_changed": 0}
+    (tmp_path / "a.py").write_text("x = 2\n")
+    (tmp_path / "untracked.py").write_text("")
+    assert code_version(tmp_path) == {"commit": head, "tracked_files_changed": 1}
