@@ -16,7 +16,7 @@ A suite (configs/bench/NAME.yaml, or any path) looks like
     matrices:
       - name: main
         algos: [ppo, dapo, grpo, dr-grpo]         # configs/algos presets (null = base.yaml's)
-        filters: [none, snr-top-p]                # configs/filters presets (null = the algo's own)
+        filters: [none, snr-top-p]                # snr/presets (null = the algo's own)
         envs: [sokoban, frozen_lake]              # configs/envs presets (null = base.yaml's)
         models: [bundled]                         # optional: model.name values
         variants: {p0.6: [filter.value=0.6]}      # optional: named override sets, one more axis
