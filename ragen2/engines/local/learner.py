@@ -128,18 +128,20 @@ def critic_values(critic: nn.Module, input_ids: torch.Tensor, attention_mask: to
 def batched(fn, micro_batch_size: int, *tensors: torch.Tensor, pack: bool = False) -> torch.Tensor:
     """Apply `fn` to row slices and concatenate; padding is trimmed per slice.
 
-    `pack` (tensors[0] input ids, tensors[1] attention mask): slices are cut from the rows
-    sorted by their tokens, so a group's rows share a slice and a shared-prefix forward;
-    the output is in the input's row order."""
-    order = prefix_lib.packing_order(tensors[0], tensors[1]) if pack else None
-    if order is not None:
-        tensors = tuple(t[order] for t in tensors)
-    outputs = [fn(*(t[i:i + micro_batch_size] for t in tensors))
-               for i in range(0, tensors[0].shape[0], micro_batch_size)]
+    `pack` (tensors: input ids, attention mask[, response mask]): slices are packed by shared
+    prefix (shared_prefix.micro_batches: a group's rows together, as many as cost no more than
+    `micro_batch_size` plain rows); the output is in the input's row order."""
+    rows = tensors[0].shape[0]
+    if not pack:
+        slices = [torch.arange(i, min(i + micro_batch_size, rows)) for i in range(0, rows, micro_batch_size)]
+    else:
+        slices = prefix_lib.micro_batches(tensors[0], tensors[1], tensors[2] if len(tensors) > 2 else None,
+                                          torch.arange(rows, device=tensors[0].device), micro_batch_size,
+                                          no_grad=True)
+    outputs = [fn(*(t[index] for t in tensors)) for index in slices]
+    order = torch.cat(slices).to(tensors[0].device)
     result = torch.cat(outputs, dim=0)
-    if order is None:
-        return result
-    return result[torch.argsort(order)]
+    return result if not pack else result[torch.argsort(order)]
 
 
 @dataclass
@@ -225,6 +227,10 @@ def reuses_current_log_probs(optim, rows: int) -> bool:
     return optim.ppo_epochs == 1 and optim.mini_batch_size >= rows
 
 
+# Loss terms whose micro-batch values are shares of the mini-batch's loss under loss_scope=mini_batch.
+ADDITIVE_METRICS = ("actor/pg_loss", "actor/entropy", "actor/kl_loss", "critic/value_loss")
+
+
 def packs_by_prefix(optim, rows: int) -> bool:
     """Whether the update cuts micro-batches by shared prefix instead of by length.
 
@@ -304,6 +310,19 @@ def ppo_update(models: Models, optimizers: Optimizers, data: UpdateInputs, cfg: 
         totals[name] = totals.get(name, 0.0) + float(value)
         counts[name] = counts.get(name, 0) + 1
 
+    # With loss_scope=mini_batch a micro-batch's loss term is its share of the mini-batch's loss
+    # (sums over fixed totals), so the logged loss is the mini-batch's: the shares summed, then
+    # averaged over mini-batches. Averaging the shares would divide the loss by the number of
+    # micro-batches, and the logged value would change with micro_batch_size (or with packing).
+    shares: dict[str, float] = {}
+    summed = optim.loss_scope == "mini_batch"
+
+    def record_micro(name: str, value: float) -> None:
+        if summed and name in ADDITIVE_METRICS:
+            shares[name] = shares.get(name, 0.0) + float(value)
+        else:
+            record(name, value)
+
     if not train_actor and critic is None:
         raise ValueError("train_actor=False (critic warm-up) needs a critic")
     if train_actor and data.old_log_probs is None and not reuses_current_log_probs(optim, rows):
@@ -321,11 +340,14 @@ def ppo_update(models: Models, optimizers: Optimizers, data: UpdateInputs, cfg: 
         for start in range(0, rows, optim.mini_batch_size):
             mini = order[start:start + optim.mini_batch_size]
             if pack:  # a group's rows in one micro-batch: its prompt is encoded once
-                mini = mini[prefix_lib.packing_order(data.input_ids[mini], data.attention_mask[mini])]
+                micro_batches = prefix_lib.micro_batches(data.input_ids, data.attention_mask, data.response_mask,
+                                                         mini, optim.micro_batch_size)
+                micro_total += len(micro_batches) - math.ceil(len(mini) / optim.micro_batch_size)
             else:
                 # Longest rows first, so each micro-batch holds rows of similar length: a micro-batch
                 # is trimmed to its longest row, and the gradient sum does not depend on the grouping.
                 mini = mini[torch.argsort(lengths[mini], descending=True, stable=True)]
+                micro_batches = mini.split(optim.micro_batch_size)
             mask = data.response_mask[mini]
             total_tokens = max(1, int(mask.sum().item()))
             total_sequences = max(1, int((mask.sum(dim=1) > 0).sum().item()))
@@ -333,13 +355,12 @@ def ppo_update(models: Models, optimizers: Optimizers, data: UpdateInputs, cfg: 
             weight = 1.0
             if optim.loss_scope == "micro_batch":  # veRL: each micro-batch's own mean, then their mean
                 totals_kw, total_tokens = {}, None
-                weight = 1.0 / math.ceil(len(mini) / optim.micro_batch_size)
+                weight = 1.0 / len(micro_batches)
             finite = True
-            for micro_start in range(0, len(mini), optim.micro_batch_size):
-                idx = mini[micro_start:micro_start + optim.micro_batch_size]
+            for idx in micro_batches:
                 ids, attn, rmask = data.input_ids[idx], data.attention_mask[idx], data.response_mask[idx]
                 if train_actor and not _actor_backward(policy, data, idx, ids, attn, rmask, cfg, totals_kw,
-                                                       loss_scale, record, weight):
+                                                       loss_scale, record_micro, weight):
                     finite = False
                     break
                 if critic is not None:
@@ -351,11 +372,13 @@ def ppo_update(models: Models, optimizers: Optimizers, data: UpdateInputs, cfg: 
                         finite = False
                         break
                     (weight * algo.value_coef * value_loss).backward()
-                    record("critic/value_loss", value_loss.item())
+                    record_micro("critic/value_loss", value_loss.item())
                     record("critic/clipfrac", value_metrics["vf_clipfrac"].item())
                 micro_done += 1
                 if on_micro_batch is not None:
                     on_micro_batch(micro_done, micro_total)
+            for name in list(shares):
+                record(name, shares.pop(name))
             if not finite:
                 optimizers.actor.zero_grad(set_to_none=True)
                 if optimizers.critic is not None:

@@ -112,6 +112,50 @@ def plan(input_ids: torch.Tensor, attention_mask: torch.Tensor, min_shared: int 
     return result
 
 
+def fed_tokens(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> int:
+    """Tokens (padding included) a forward of these rows feeds the decoder, shared where `plan`
+    shares, else plain."""
+    lengths = attention_mask.sum(dim=1)
+    layout = plan(input_ids, attention_mask)
+    if layout is None:
+        return int(lengths.max()) * input_ids.shape[0]
+    suffix = int((lengths - layout.prefix_len[layout.cluster]).max())
+    return int(layout.prefix_len.max()) * layout.leader.shape[0] + suffix * input_ids.shape[0]
+
+
+def micro_batches(input_ids: torch.Tensor, attention_mask: torch.Tensor, response_mask: torch.Tensor | None,
+                  rows: torch.Tensor, micro_batch_size: int, no_grad: bool = False) -> list[torch.Tensor]:
+    """`rows` packed by prefix and cut into micro-batches that need no more memory than a plain
+    micro-batch of `micro_batch_size` of them, so a shared prompt buys room for more rows: fewer
+    passes, and each pass's fixed costs (weight casts and their gradients) paid less often.
+
+    With gradient, what a pass keeps for backward grows with the decoder tokens fed and the
+    positions the LM head projects (the sampled tokens): their sum stays within
+    micro_batch_size x (longest row + most sampled tokens of a row). Without (`no_grad`), the
+    head's [positions, vocabulary] logits are most of the peak: the sampled tokens alone stay
+    within micro_batch_size x (most of a row), and the decoder tokens within
+    micro_batch_size x longest row. `response_mask` None: no head (the critic)."""
+    rows = rows[packing_order(input_ids[rows], attention_mask[rows])]
+    lengths = attention_mask.sum(dim=1)
+    sampled = response_mask.sum(dim=1) if response_mask is not None else torch.zeros_like(lengths)
+    longest, most_sampled = int(lengths[rows].max()), int(sampled[rows].max())
+    batches, current = [], rows[:0]
+    for row in rows.split(1):
+        trial = torch.cat([current, row])
+        width = int(lengths[trial].max())
+        fed, heads = fed_tokens(input_ids[trial, :width], attention_mask[trial, :width]), int(sampled[trial].sum())
+        if no_grad:
+            over = fed > micro_batch_size * longest or heads > micro_batch_size * most_sampled
+        else:
+            over = fed + heads > micro_batch_size * (longest + most_sampled)
+        if current.numel() and over:
+            batches.append(current)
+            trial = row
+        current = trial
+    batches.append(current)
+    return batches
+
+
 def _cache_argument(body: nn.Module) -> str:
     """transformers >= 5.2x names the cache `cache`; older versions `past_key_values`."""
     try:
@@ -145,25 +189,30 @@ def shared_hidden_states(body: nn.Module, input_ids: torch.Tensor, attention_mas
     cols = torch.arange(prefix_width, device=device)
     prefix_mask = (cols[None] < layout.prefix_len[:, None]).long()
     prefix_ids = input_ids[layout.leader, :prefix_width]  # past a cluster's prefix: masked, never read
-    cache_arg = _cache_argument(body)
-    out = body(input_ids=prefix_ids, attention_mask=prefix_mask, position_ids=cols[None].expand(clusters, -1),
-               use_cache=True)
-    cache = _output_cache(out)
-    if cache is None or not hasattr(cache, "batch_select_indices"):
-        return None
-    prefix_hidden = out.last_hidden_state
-    cache.batch_select_indices(layout.cluster)  # one indexing op per layer: backward sums the rows
     starts = layout.prefix_len[layout.cluster]  # [B]
     suffix_width = int((layout.lengths - starts).max())
     steps = torch.arange(suffix_width, device=device)
     positions = starts[:, None] + steps[None]
     suffix_ids = input_ids.gather(1, positions.clamp(max=width - 1))
+    # One embedding call for both passes: its backward writes a dense vocabulary-sized gradient,
+    # which two calls would write twice.
+    embed = body.get_input_embeddings()
+    embeds = embed(torch.cat([prefix_ids.flatten(), suffix_ids.flatten()]))
+    prefix_embeds, suffix_embeds = embeds.split([prefix_ids.numel(), suffix_ids.numel()])
+    cache_arg = _cache_argument(body)
+    out = body(inputs_embeds=prefix_embeds.view(clusters, prefix_width, -1), attention_mask=prefix_mask,
+               position_ids=cols[None].expand(clusters, -1), use_cache=True)
+    cache = _output_cache(out)
+    if cache is None or not hasattr(cache, "batch_select_indices"):
+        return None
+    prefix_hidden = out.last_hidden_state
+    cache.batch_select_indices(layout.cluster)  # one indexing op per layer: backward sums the rows
     suffix_mask = (positions < layout.lengths[:, None]).long()
     # The pads of a short prefix sit between it and the row's suffix: masked out, and the
     # suffix's position ids count real tokens, so each row sees what it sees whole.
     mask = torch.cat([prefix_mask[layout.cluster], suffix_mask], dim=1)
-    suffix_hidden = body(input_ids=suffix_ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                         **{cache_arg: cache}).last_hidden_state
+    suffix_hidden = body(inputs_embeds=suffix_embeds.view(batch, suffix_width, -1), attention_mask=mask,
+                         position_ids=positions, use_cache=True, **{cache_arg: cache}).last_hidden_state
     # Back to the plain layout: position t of row r comes from its cluster's prefix when t is
     # inside it, else from its suffix (pad positions read a clamped suffix position: unused).
     hidden = prefix_hidden.shape[-1]

@@ -87,7 +87,8 @@ class FedTokens:
         body.register_forward_pre_hook(self._hook, with_kwargs=True)
 
     def _hook(self, module, args, kwargs):
-        self.count += kwargs["input_ids"].numel()
+        ids, embeds = kwargs.get("input_ids"), kwargs.get("inputs_embeds")
+        self.count += ids.numel() if ids is not None else embeds.shape[0] * embeds.shape[1]
 
 
 def _lora(model, task_type="CAUSAL_LM"):
@@ -270,6 +271,47 @@ def test_ppo_update_equals_the_plain_update(tok, template, extra):
         assert metrics[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
     for name, step in plain_steps.items():
         close(steps[name], step, f"step {name}")
+
+
+def test_packed_micro_batches_hold_whole_groups_within_the_plain_budget(tok, template):
+    ids, attn, mask = group_batch(tok, template, groups=3, size=4, turns=1)
+    shuffled = torch.randperm(12, generator=torch.Generator().manual_seed(0))
+    lengths, sampled = attn.sum(1), mask.sum(1)
+    for no_grad in (False, True):
+        batches = prefix_lib.micro_batches(ids, attn, mask, shuffled, 2, no_grad=no_grad)
+        assert sorted(torch.cat(batches).tolist()) == list(range(12))
+        assert len(batches) < 6  # fewer passes than plain micro-batches of 2
+        for rows in batches:
+            width = int(lengths[rows].max())
+            fed = prefix_lib.fed_tokens(ids[rows, :width], attn[rows, :width])
+            if no_grad:
+                assert fed <= 2 * int(lengths.max()) and int(sampled[rows].sum()) <= 2 * int(sampled.max())
+            else:
+                assert fed + int(sampled[rows].sum()) <= 2 * (int(lengths.max()) + int(sampled.max()))
+    groups = [set((r // 4 for r in rows.tolist())) for rows in prefix_lib.micro_batches(ids, attn, mask, shuffled, 4)]
+    assert all(len(g) <= 2 for g in groups)  # rows of a group are neighbours, not scattered
+
+
+def test_logged_losses_do_not_depend_on_the_micro_batch_size(tok):
+    """loss_scope=mini_batch: a micro-batch's term is its share of the mini-batch's loss; the log
+    sums the shares (it used to average them, dividing the loss by the number of micro-batches)."""
+    ids, attn, mask = group_batch(tok, "chatml", groups=2, size=4)
+    logged = []
+    for micro in (1, 4):
+        cfg = load_config(algo="grpo", overrides=[f"optim.micro_batch_size={micro}", "optim.mini_batch_size=8",
+                                                  "optim.shared_prefix=false"])
+        policy = tiny_llama(tok, seed=9)
+        models = learner.Models(policy, tok, None, None, torch.device("cpu"))
+        advantages = torch.linspace(-1, 1, ids.shape[1]).expand_as(mask) * mask
+        data = learner.UpdateInputs(ids, attn, mask, None, advantages)
+        optimizers = learner.Optimizers(torch.optim.SGD(policy.parameters(), lr=0.0), None)
+        logged.append(learner.ppo_update(models, optimizers, data, cfg, torch.Generator().manual_seed(0)))
+    for key in ("actor/pg_loss", "actor/entropy"):
+        assert logged[0][key] == pytest.approx(logged[1][key], rel=1e-5), key
+    with torch.no_grad():
+        _, entropy = learner.policy_log_probs(policy, ids, attn, mask, with_entropy=True)
+    per_row = (entropy * mask).sum(1) / mask.sum(1)  # the grpo preset's seq-mean-token-mean
+    assert logged[1]["actor/entropy"] == pytest.approx(float(per_row.mean()), rel=1e-5)
 
 
 # --- a whole run ------------------------------------------------------------------------------
