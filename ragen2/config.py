@@ -175,6 +175,9 @@ class TrainerSection(Section):
     out: str = "runs"  # parent folder of run directories; --out
     run_name: str | None = None  # the run directory's name; None = time-env-algo-filter-seed
     val_every: int = Field(0, ge=0)  # 0 = only at the end
+    # also validate the untrained model before step 1, so the final validation has a baseline
+    # ("validation success before → after"); base.yaml turns it on, bench suites use their own validate_before
+    val_before: bool = False
     val_groups: int = Field(8, ge=1)  # held-out instances per validation (x rollout.group_size episodes)
     val_temperature: float = Field(0.5, ge=0.0)  # sampling temperature of validation
     save_every: int = Field(0, ge=0)  # 0 = only at the end
@@ -199,8 +202,10 @@ class ProbeSection(Section):
     num_samples: int = Field(64, ge=2)  # (prompt, segment) rows cross-scored per probe, at most
     mode: Literal["first_turn", "trajectory"] = "first_turn"  # score the first turn, or one sampled turn per trajectory
     # what is scored under the prompts: reasoning (RAGEN-2) = the text between <think> and </think>;
-    # reply = every sampled token of the turn, for answer-only mode or a model that rarely closes </think>
-    segment: Literal["reasoning", "reply"] = "reasoning"
+    # reply = every sampled token of the turn, for answer-only mode or a model that rarely closes </think>;
+    # auto = reasoning where the env requires <think>, else reply (an answer-only env has no reasoning
+    # rows), decided at start and written into config.yaml as resolved
+    segment: Literal["auto", "reasoning", "reply"] = "auto"
     grad_every: int = Field(0, ge=0)  # gradient decomposition; 0 = off
     grad_buckets: int = Field(6, ge=1)  # reward-spread buckets the gradient is decomposed over
     # quantile: equal-count buckets by reward std, remainder in the last (RAGEN-2's default);

@@ -212,12 +212,25 @@ def summary(steps: list[dict], *, run_dir: Path, engine: str, stop_reason: str |
         "first_reward_mean": first.get("rollout/reward_mean"), "last_reward_mean": last.get("rollout/reward_mean"),
         "first_success_rate": first.get("rollout/success_rate"), "last_success_rate": last.get("rollout/success_rate"),
         "final_val_success_rate": success[-1] if success else None,
+        **before_after(run_dir, success[-1] if success else None),
         "best_val_success_rate": max(success) if success else None,
         "final_val_reward_mean": reward[-1] if reward else None,
         "best_val_reward_mean": max(reward) if reward else None,
         "wall_s_this_session": round(wall_s, 1),
         **extra,
     }
+
+
+def before_after(run_dir: Path, final: float | None) -> dict:
+    """Validation success of the untrained model (trainer.val_before's event, the last one where a
+    restarted run wrote two) and the final one's difference from it: the measure a run is judged by."""
+    before = None
+    if (Path(run_dir) / EVENTS_FILE).is_file():
+        for event in read_events(run_dir):
+            if event.get("kind") == "validation_before":
+                before = finite((event.get("metrics") or {}).get("val/success_rate"))
+    change = None if before is None or final is None else round(final - before, 6)
+    return {"val_before_success_rate": before, "val_success_change": change}
 
 
 def write_summary(run_dir: Path, content: dict) -> None:

@@ -32,6 +32,7 @@ from ragen2.bench.machine import code_version, cpu_name, machine_info
 from ragen2.bench.suite import Cell, Suite, SuiteError, config_difference, key_settings
 from ragen2.bench import worker
 from ragen2.bench.worker import ERROR_FILE
+from ragen2.config import ConfigError, saved_config
 from ragen2.run_dir import CONFIG_FILE, SUMMARY_FILE, checkpoints_dir, read_steps, read_summary, write_config
 
 MANIFEST = "bench.json"
@@ -62,7 +63,7 @@ def write_state(run_dir: Path, **fields) -> dict:
 
 # Keys whose config value means "decide when the run starts" (written into config.yaml as decided):
 # a saved run holding any decided value is the same run.
-RESOLVED_AT_START = {"trainer.num_threads": 0, "model.dtype": "auto"}
+RESOLVED_AT_START = {"trainer.num_threads": 0, "model.dtype": "auto", "probe.segment": "auto"}
 
 
 def _resolved_at_start(cfg, key: str) -> bool:
@@ -70,6 +71,29 @@ def _resolved_at_start(cfg, key: str) -> bool:
         return False
     section, field = key.split(".")
     return getattr(getattr(cfg, section), field) == RESOLVED_AT_START[key]
+
+
+# ... of which a resumed cell keeps its saved decision: what the probe scores must not change mid-run
+# (threads and dtype are decided again on the machine that resumes, as before)
+KEPT_ON_RESUME = ("probe.segment",)
+
+
+def _keep_resolved(cell: Cell):
+    """The cell's config with the values its saved config.yaml already decided at start: a resumed
+    cell keeps them (a run begun before probe.segment=auto existed keeps the reasoning probe)."""
+    saved = cell.run_dir / CONFIG_FILE
+    if not saved.is_file():
+        return cell.config
+    try:
+        old = saved_config(saved)
+    except ConfigError:
+        return cell.config
+    cfg = cell.config.model_copy(deep=True)
+    for key in KEPT_ON_RESUME:
+        if _resolved_at_start(cfg, key):
+            section, field = key.split(".")
+            setattr(getattr(cfg, section), field, getattr(getattr(old, section), field))
+    return cfg
 
 
 def check_resumable(cells: list[Cell]) -> None:
@@ -195,7 +219,7 @@ def run_cells(cells: list[Cell], run_cell: Callable, display, keep_final_checkpo
         if statuses.get(cell.name) == "done":
             continue
         cell.run_dir.mkdir(parents=True, exist_ok=True)
-        write_config(cell.run_dir, cell.config)
+        write_config(cell.run_dir, _keep_resolved(cell))
         state = write_state(cell.run_dir, status="running", attempts=read_state(cell.run_dir).get("attempts", 0) + 1,
                             cpu=cpu_name(), code=code_version(),
                             reason=None)

@@ -65,7 +65,8 @@ MATRIX_KEYS = {"name": str, "algos": list, "filters": list, "envs": list, "seeds
 COMPARE = ("filter", "algo")  # what a matrix's table compares side by side within an env
 SCALE_SECTIONS_IGNORED = ("algo", "filter", "filter_preset")  # the matrix chooses these
 # A run keeps only its newest checkpoint (a 135M checkpoint is ~1.5 GB): enough to resume.
-BENCH_DEFAULTS = ("trainer.keep_last=1",)
+# val_before: a suite validates the untrained model by its own validate_before (bench_val_before.json)
+BENCH_DEFAULTS = ("trainer.keep_last=1", "trainer.val_before=false")
 
 
 class SuiteError(ValueError):

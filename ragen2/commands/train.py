@@ -168,7 +168,7 @@ def preflight(cfg, run_dir: Path, resume: bool, dry_run: bool = False) -> None:
 
 def _print_plan(cfg, run_dir: Path, resume: bool) -> None:
     print(f"run directory: {run_dir}" + (" (resume)" if resume else ""), file=sys.stderr)
-    print(f"env {cfg.env.name} | algo {cfg.algo.name} ({cfg.algo.advantage}) | filter {cfg.filter_preset} | "
+    print(f"env {cfg.env.name} | algo {cfg.algo.name} ({cfg.algo.advantage} advantage) | filter {cfg.filter_preset} | "
           f"{cfg.rollout.num_groups} groups x {cfg.rollout.group_size}, up to {cfg.rollout.max_turns} turn(s) of "
           f"{cfg.rollout.max_new_tokens} tokens | {cfg.trainer.total_steps} steps | model {cfg.model.name} "
           f"({cfg.model.dtype}, {cfg.model.device})", file=sys.stderr)
@@ -280,18 +280,39 @@ def _fmt(value) -> str:
     return "n/a" if value is None else (f"{value:.3f}" if isinstance(value, float) else str(value))
 
 
+def _signed(value) -> str:
+    return "n/a" if value is None else f"{value:+.3f}"
+
+
+def headline(summary: dict) -> str:
+    """The measure a run is judged by: validation success before → after training (paired: the
+    same instances and sampling seeds), else the final one alone and how to get the baseline."""
+    config = summary.get("config") or {}
+    what = " ".join(p for p in (config.get("algo") and f"{config['algo']}",
+                                config.get("env") and f"on {config['env']}") if p)
+    after, before = summary.get("final_val_success_rate"), summary.get("val_before_success_rate")
+    if before is not None and after is not None:
+        measure = (f"validation success {_fmt(before)} → {_fmt(after)} ({_signed(summary.get('val_success_change'))}), "
+                   f"untrained vs trained on the same instances")
+    else:
+        measure = (f"validation success {_fmt(after)} at the end (best {_fmt(summary.get('best_val_success_rate'))}); "
+                   f"not measured before training (trainer.val_before=true would)")
+    return f"  {what + ': ' if what else ''}{measure}"
+
+
 def print_summary(summary: dict) -> None:
     run_dir = summary["run_dir"]
     lines = [
         "",
         f"results: {run_dir}",
-        f"  metrics  {run_dir}/{METRICS_FILE}   summary {run_dir}/{SUMMARY_FILE}   config {run_dir}/{CONFIG_FILE}",
+        headline(summary),
         f"  steps {summary['steps']} (trained {summary['steps_trained']}, skipped {summary['steps_skipped']})"
         + (f", stopped: {summary['stop_reason']}" if summary["stop_reason"] else ""),
-        f"  reward  {_fmt(summary['first_reward_mean'])} → {_fmt(summary['last_reward_mean'])}   "
-        f"success {_fmt(summary['first_success_rate'])} → {_fmt(summary['last_success_rate'])}",
-        f"  validation success {_fmt(summary['final_val_success_rate'])} "
-        f"(best {_fmt(summary['best_val_success_rate'])})",
-        f"  plots: ragen2 plot {run_dir}",
+        # a training batch's reward carries the format penalty and the sampling temperature: context, not the verdict
+        f"  training batches, first → last step: success {_fmt(summary['first_success_rate'])} → "
+        f"{_fmt(summary['last_success_rate'])}, reward {_fmt(summary['first_reward_mean'])} → "
+        f"{_fmt(summary['last_reward_mean'])} (one step's batch each: noisy)",
+        f"  metrics  {run_dir}/{METRICS_FILE}   summary {run_dir}/{SUMMARY_FILE}   config {run_dir}/{CONFIG_FILE}",
+        f"  plots: ragen2 plot {run_dir}   audit: ragen2 audit {run_dir}",
     ]
     print("\n".join(lines))

@@ -53,8 +53,31 @@ WATCHED_SERIES = {
 }
 
 
+def resolve_segment(cfg: ProbeSection, requires_think: bool) -> str | None:
+    """Resolve `probe.segment=auto` in place: reasoning where the env requires `<think>`, else
+    reply (an answer-only env writes no reasoning, so a reasoning probe would have no rows).
+    Returns a line saying what was chosen and why, or None when the segment was set."""
+    if cfg.segment != "auto":
+        return None
+    cfg.segment = "reasoning" if requires_think else "reply"
+    why = "the env requires <think>" if requires_think else "the env is answer-only (no <think> to score)"
+    return f"probe.segment=auto resolved to {cfg.segment}: {why}"
+
+
+def resolve_run_segment(cfg) -> str | None:
+    """`resolve_segment` for a run's whole config (either engine): the training env decides."""
+    if cfg.probe.segment != "auto":
+        return None
+    import envs  # the registry: only where a segment is to be decided
+
+    env_config = envs.spec(cfg.env.name).make_config(**cfg.env.overrides)
+    return resolve_segment(cfg.probe, bool(getattr(env_config, "require_think", True)))
+
+
 class Probe:
     def __init__(self, cfg: ProbeSection, tokenizer):
+        if cfg.segment == "auto":  # a caller that knows no env (the engines resolve it first): RAGEN-2's
+            cfg = cfg.model_copy(update={"segment": "reasoning"})
         self.cfg = cfg
         self.tokenizer = tokenizer
         self.ema = mi_probe.ZScoreEMA(decay=0.9)
@@ -187,8 +210,9 @@ def usable_scores(scores):
 class CollapseWatch:
     """The collapse detector over a run's logged series, with alerts as run events."""
 
-    def __init__(self, cfg: ProbeSection):
+    def __init__(self, cfg: ProbeSection, total_steps: int | None = None):
         self.cfg = cfg
+        self.total_steps = total_steps  # the run's length, to flag alerts on runs too short to judge
         self.detector = mi_probe.CollapseDetector(cfg.collapse)
 
     def observe(self, step: int, metrics: dict, log=None) -> dict:
@@ -198,7 +222,8 @@ class CollapseWatch:
         for alert in alerts:
             out[f"alert/{alert.kind}"] = 1.0
             if log is not None:
-                log.event("alert", alert=alert.kind, message=alert.message, step=step, numbers=alert.numbers)
+                log.event("alert", alert=alert.kind, message=explain_alert(alert, self.cfg, self.total_steps),
+                          step=step, numbers=alert.numbers)
         stopping = [a for a in alerts if (a.kind == "template_collapse" and self.cfg.stop_on_collapse)
                     or (a.kind in EARLY_WARNINGS and self.cfg.stop_on_early_warning)]
         if stopping:
@@ -231,3 +256,26 @@ def series_values(metrics: dict) -> dict[str, float]:
         if math.isfinite(value) or name == "grad_norm":
             values[name] = float(value)
     return values
+
+
+# What each alert means, for its one printed line (the detector's message gives the numbers)
+ALERT_WHY = {
+    "reward_std_cliff": "the in-group reward spread fell, so fewer groups carry a learning signal",
+    "grad_norm_spike": "one update's gradient norm far exceeded its recent ones",
+    "template_collapse": "the MI probe says the output depends less on the input while entropy holds",
+}
+SHORT_RUN_FACTOR = 3  # a run shorter than this many x (baseline + patience) of a series is too short to judge it
+
+
+def explain_alert(alert, cfg: ProbeSection, total_steps: int | None) -> str:
+    """The alert's message, why it fired, and on a short run that one run of this length cannot
+    tell a trend from noise (the detector's reference is then a handful of steps)."""
+    line = f"{alert.message} ({ALERT_WHY.get(alert.kind, alert.kind)})"
+    collapse = cfg.collapse
+    needed = {"reward_std_cliff": collapse.reward_std_baseline + collapse.reward_std_patience,
+              "grad_norm_spike": collapse.grad_norm_window + 1,
+              "template_collapse": (collapse.mi_baseline + collapse.mi_patience) * max(cfg.every, 1)}.get(alert.kind)
+    if total_steps is not None and needed is not None and total_steps < SHORT_RUN_FACTOR * needed:
+        line += (f"; a run of only {total_steps} steps is too short to judge this (the alert rests on "
+                 f"{needed} steps): a hint to look at, not a finding")
+    return line

@@ -247,6 +247,7 @@ def setup(cfg: Config, run_dir: Path, resume: bool = False, quiet: bool = False,
         print(line, file=sys.stderr, flush=True)
 
     apply_threads(cfg, warn)
+    segment_note = probe_lib.resolve_run_segment(cfg)  # probe.segment=auto: recorded as resolved
     torch.manual_seed(cfg.trainer.seed)
     choices = []
     if models is None:
@@ -257,7 +258,7 @@ def setup(cfg: Config, run_dir: Path, resume: bool = False, quiet: bool = False,
     generator = torch.Generator().manual_seed(cfg.trainer.seed)
     run = Run(cfg, run_dir, models, optimizers, generator, snr.StopPolicy(cfg.stop),
               probe_lib.Probe(cfg.probe, models.tokenizer), log=None,  # type: ignore[arg-type]
-              watch=probe_lib.CollapseWatch(cfg.probe), interrupts=Interrupts(quiet=quiet),
+              watch=probe_lib.CollapseWatch(cfg.probe, cfg.trainer.total_steps), interrupts=Interrupts(quiet=quiet),
               live=LiveLine(enabled=LiveLine.wanted(quiet)))
     resume_step, latest = 0, None
     if resume and ckpt.complete_checkpoints(run_dir):
@@ -284,6 +285,8 @@ def setup(cfg: Config, run_dir: Path, resume: bool = False, quiet: bool = False,
                      print_completions=cfg.trainer.print_completions)
     for choice in choices:
         run.log.event("precision", message=choice.describe(), dtype=choice.dtype)
+    if segment_note:
+        run.log.event("probe_segment", message=segment_note, segment=cfg.probe.segment)
     if latest is not None:
         run.log.event("resume", message=f"resumed from {latest} at step {resume_step}", step=resume_step)
     return run
@@ -306,6 +309,9 @@ def _train_loop(run: Run) -> dict:
     cfg = run.cfg
     started = time.time()
     stop_reason = None
+    if cfg.trainer.val_before and run.step == 0:
+        if validate_before(run) is None:
+            return _interrupted(run, started)
     while run.step < cfg.trainer.total_steps:
         snapshot = rng_snapshot(run.generator)
         try:
@@ -340,6 +346,23 @@ def _train_loop(run: Run) -> dict:
     write_summary(run.run_dir, summary)
     run.log.close()
     return summary
+
+
+def validate_before(run: Run) -> dict | None:
+    """trainer.val_before: the untrained model on the validation instances, as an event (the
+    summary reads it back, also after a resume); None when interrupted."""
+    try:
+        with run.interrupts.abandonable():
+            metrics = validate(run)
+    except StepAbandoned:
+        return None
+    finally:
+        run.live.stop()
+    check_run_dir(run)
+    run.log.event("validation_before", step=0, metrics=metrics,
+                  message=f"validation before training: success {metrics.get('val/success_rate', float('nan')):.3f} "
+                          f"({metrics.get('time/validation_s', 0):.0f}s)")
+    return metrics
 
 
 def _watch_validation(run: Run, metrics: dict) -> bool:

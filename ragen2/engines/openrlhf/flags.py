@@ -230,13 +230,18 @@ def flash_attn_usable() -> bool:
 def resolve(cfg: Config) -> tuple[Config, list[str]]:
     """`cfg` with `auto` values of the openrlhf section made concrete (config.yaml records them), and
     a note for each. Decided on the launching node, which should be one of the GPU nodes."""
-    if cfg.openrlhf.attn_implementation != "auto":
+    from ragen2.instruments.probe import resolve_run_segment
+
+    if cfg.openrlhf.attn_implementation != "auto" and cfg.probe.segment != "auto":
         return cfg, []
+    cfg = cfg.model_copy(deep=True)
+    notes = [note] if (note := resolve_run_segment(cfg)) else []
+    if cfg.openrlhf.attn_implementation != "auto":
+        return cfg, notes
     attn, why = (("flash_attention_2", "flash-attn is installed") if flash_attn_usable() else
                  ("sdpa", "flash-attn is not installed here (or does not import)"))
-    cfg = cfg.model_copy(deep=True)
     cfg.openrlhf.attn_implementation = attn
-    return cfg, [f"openrlhf.attn_implementation=auto resolved to {attn}: {why}"]
+    return cfg, [*notes, f"openrlhf.attn_implementation=auto resolved to {attn}: {why}"]
 
 
 # ----------------------------------------------------------------------------- files

@@ -113,6 +113,21 @@ def test_a_run_directory_with_another_config_is_refused_before_anything_runs(tmp
         runner.check_resumable(changed)
 
 
+def test_a_cell_begun_before_probe_segment_auto_resumes_with_the_segment_it_probed(tmp_path):
+    _, cells = make_cells(tmp_path, seeds=(0,))
+    cell = cells[0]
+    assert cell.config.probe.segment == "auto"
+    cell.run_dir.mkdir(parents=True)
+    old = cell.config.model_copy(deep=True)
+    old.probe.segment = "reasoning"  # what config.yaml held when "reasoning" was the default
+    (cell.run_dir / "config.yaml").write_text(old.to_yaml())
+    runner.check_resumable([cell])  # a value decided at start is no difference
+    seen = []
+    runner.run_cells([cell], lambda c, _: seen.append(yaml.safe_load((c.run_dir / "config.yaml").read_text())),
+                     PlainDisplay([cell.name], io.StringIO()))
+    assert seen[0]["probe"]["segment"] == "reasoning"  # kept, not re-decided as reply mid-run
+
+
 # --- real cells --------------------------------------------------------------------------------
 
 
