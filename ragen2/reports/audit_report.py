@@ -205,11 +205,21 @@ def _pyplot():
     return plt
 
 
+def logged_panels(rows: list[dict]) -> list[tuple[str, tuple[str, ...]]]:
+    """The PANELS with at least one logged value: an unprobed run draws no empty MI panels."""
+    return [(title, keys) for title, keys in PANELS if any(series(rows, key)[1] for key in keys)]
+
+
 def plot_series(rows: list[dict], alerts: list[dict]) -> bytes:
     plt = _pyplot()
-    figure, axes = plt.subplots(2, 3, figsize=(13, 7), constrained_layout=True)
-    for axis, (title, keys) in zip(axes.flat, PANELS):
-        drawn = False
+    panels = logged_panels(rows) or list(PANELS[-1:])
+    columns = min(3, len(panels))
+    lines = -(-len(panels) // columns)
+    figure, axes = plt.subplots(lines, columns, figsize=(13, 3.5 * lines), constrained_layout=True, squeeze=False)
+    last_step = max((row["step"] for row in rows), default=0) + 1
+    for axis in axes.flat[len(panels):]:
+        axis.remove()  # a short last line of panels leaves no empty frame
+    for axis, (title, keys) in zip(axes.flat, panels):
         for key in keys:
             steps, values = series(rows, key)
             if values:
@@ -217,16 +227,13 @@ def plot_series(rows: list[dict], alerts: list[dict]) -> bytes:
                 axis.plot([s + 1 for s in steps], values, linestyle="--" if dashed else "-",
                           marker=None if dashed else "o",
                           markersize=3, label=key)
-                drawn = True
         for alert in alerts:
             axis.axvline(alert["step"] + 1, color=ALERT_COLOURS.get(alert["kind"], "k"), alpha=0.5, linewidth=1.5)
         axis.set_title(title)
         axis.set_xlabel("step")
+        axis.set_xlim(0.5, last_step + 0.5)  # every panel spans the run, also one logged at a single step
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
-        if drawn:
-            axis.legend(fontsize=7, loc="best", framealpha=0.6)
-        else:
-            axis.text(0.5, 0.5, "not logged", ha="center", va="center", transform=axis.transAxes, color="0.5")
+        axis.legend(fontsize=7, loc="best", framealpha=0.6)
     marks = ", ".join(f"{kind}: {colour[4:]}" for kind, colour in ALERT_COLOURS.items())
     figure.suptitle(f"collapse proxies (vertical lines = alerts; {marks})", fontsize=10)
     return _png(figure)
@@ -337,7 +344,8 @@ def _summary(record: RunRecord, target: str) -> dict:
         "steps": len(record.rows),
         "config": {"env": cfg.get("env", {}).get("name"), "algo": cfg.get("algo", {}).get("name"),
                    "filter": cfg.get("filter_preset"), "model": cfg.get("model", {}).get("name"),
-                   "probe": cfg.get("probe", {})},
+                   "probe": cfg.get("probe", {}),
+                   "rollout": {k: (cfg.get("rollout") or {}).get(k) for k in ("num_groups", "group_size")}},
         "target": target,
         "series": series_summary(record.rows),
         "spearman": spearman_table(record.rows, target),
@@ -367,16 +375,24 @@ def render_html(summary: dict, images: dict[str, bytes]) -> str:
     parts.append(_table(["step", "kind", "source", "message"],
                         [[a["step"] + 1, a["kind"], a["source"], html.escape(a["message"])] for a in alerts])
                  if alerts else "<p>No alert: no template collapse, reward-std cliff or gradient-norm spike.</p>")
-    parts.append(f"<h2>Spearman correlation with <code>{html.escape(summary['target'])}</code></h2>")
-    parts.append(_table(["proxy", "metric", "steps", "Spearman ρ", "p-value", "note"],
-                        [[e["proxy"], f"<code>{html.escape(e['key'])}</code>", e["n"], e["rho"], e["p_value"],
-                          html.escape(e["note"])] for e in summary["spearman"]]))
-    parts.append("<p class='note'>Rank correlation over the steps where both the proxy and the target were "
-                 "logged, within this run. RAGEN-2 reports that the MI-based proxies track task performance "
-                 "where entropy does not; with few probes the p-values here are large.</p>")
+    logged = [e for e in summary["spearman"] if e["note"] != "not logged"]  # a row of dashes says nothing
+    absent = []  # what this run did not record, named once at the end instead of as empty panels
+    if logged:
+        parts.append(f"<h2>Spearman correlation with <code>{html.escape(summary['target'])}</code></h2>")
+        parts.append(_table(["proxy", "metric", "steps", "Spearman ρ", "p-value", "note"],
+                            [[e["proxy"], f"<code>{html.escape(e['key'])}</code>", e["n"], e["rho"], e["p_value"],
+                              html.escape(e["note"])] for e in logged]))
+        parts.append("<p class='note'>Rank correlation over the steps where both the proxy and the target were "
+                     "logged, within this run. RAGEN-2 reports that the MI-based proxies track task performance "
+                     "where entropy does not; with few probes the p-values here are large.</p>")
+    unlogged = [e["proxy"] for e in summary["spearman"] if e["note"] == "not logged"]
+    if unlogged:
+        absent.append(f"{', '.join(unlogged)} (the MI probe: <code>probe.every</code>)"
+                      if all(e["key"].startswith("probe/") for e in summary["spearman"] if e["proxy"] in unlogged)
+                      else ", ".join(unlogged))
     grad = summary["grad_decomposition"]
-    parts.append("<h2>Gradient decomposition by reward-std bucket</h2>")
     if grad:
+        parts.append("<h2>Gradient decomposition by reward-std bucket</h2>")
         parts += [_img(images["grad"], "gradient norms by bucket"), _img(images["bound"], "task norm vs reward std")]
         last_step = list(grad)[-1]
         buckets = grad[last_step]
@@ -397,7 +413,9 @@ def render_html(summary: dict, images: dict[str, bytes]) -> str:
                      f"{_fmt(bound['task_norm_in_zero_std_buckets_max'])} (the bound says 0 for a group whose "
                      f"members all scored the same; a PPO critic's advantages can break that).</p>")
     else:
-        parts.append("<p>Not logged (set <code>probe.grad_every</code> to a step count to record it).</p>")
+        absent.append("the gradient decomposition by reward-std bucket (<code>probe.grad_every</code>)")
+    if absent:
+        parts.append("<p class='note'>Not recorded in this run, so not shown: " + "; ".join(absent) + ".</p>")
     parts.append("</body></html>")
     return "\n".join(parts)
 

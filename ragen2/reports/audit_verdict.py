@@ -159,14 +159,17 @@ def run_verdict(summary: dict) -> tuple[str, list[str]]:
     probes, rows_max = int(stats.get("probes", 0)), stats.get("probe_rows_max")
     numbers.append(f"{probes} probe(s)" + (f" of {noun}, at most {int(rows_max)} rows each" if rows_max else ""))
     lines.append("; ".join(numbers))
+    kinds = []  # what each problem asks to change (conclusive_change)
     if (spread is not None and spread["max"] <= NO_SPREAD) or (stats.get("skipped_steps") and
                                                                stats["skipped_steps"] == summary.get("steps")):
         problems.append("no reward spread: every group's rollouts scored the same at every step, so no step had "
                         "a task gradient (only the regularisers moved the policy). Raise rollout.group_size or "
                         "rollout.temperature, or pick an env/mode the model can sometimes solve")
+        kinds.append("spread")
     if probes == 0 or not rows_max or rows_max < MIN_ROWS:
         got = "the probe never ran (set probe.every=1)" if probes == 0 else (
             f"the probe scored at most {int(rows_max or 0)} {noun} (needs {MIN_ROWS})")
+        kinds.append("probe" if probes == 0 else "rows_reply" if replies else "rows_reasoning")
         if replies:
             problems.append(f"too few replies to probe: {got}. Roll out more groups per step (rollout.num_groups, "
                             f"rollout.group_size) and probe every step")
@@ -175,7 +178,7 @@ def run_verdict(summary: dict) -> tuple[str, list[str]]:
                             f"is answer-only), give the reasoning room (rollout.max_new_tokens), and probe every "
                             f"step; or probe whole replies (probe.segment=reply), which have a row per rollout")
     if problems:
-        return "inconclusive", lines + problems
+        return "inconclusive", lines + problems + [conclusive_change(summary, kinds)]
     alerts = [a for a in summary.get("alerts", []) if a.get("kind") == "template_collapse"]
     if alerts:
         return "template collapse", lines + [f"template-collapse alert at step {a['step'] + 1}: {a['message']}"
@@ -189,5 +192,35 @@ def run_verdict(summary: dict) -> tuple[str, list[str]]:
         trend.append(f"retrieval@1 last {retrieval['last']:.2f} vs chance {chance['last']:.2f}")
     if probes < MIN_PROBES:
         return "inconclusive", lines + [f"only {probes} probe(s) (a trend needs {MIN_PROBES}): run more steps with "
-                                        "probe.every=1"] + trend
+                                        "probe.every=1"] + trend + [conclusive_change(summary, ["probes"])]
     return "no collapse detected", lines + [", ".join(trend) or "probe series present, no collapse alert"]
+
+
+def conclusive_change(summary: dict, kinds: list[str]) -> str:
+    """One line: the single setting that would make an inconclusive run conclusive, or, where one
+    is not enough, every one it takes (the run's own sizes give the numbers)."""
+    steps = int(summary.get("steps") or 0)
+    config = summary.get("config") or {}
+    probe, rollout = config.get("probe") or {}, config.get("rollout") or {}
+    changes = []
+    for kind in kinds:
+        if kind == "spread":
+            changes.append(f"rollout.group_size={2 * int(rollout.get('group_size') or 4)} (more rollouts per prompt, "
+                           "so that some of a group's differ)")
+        elif kind == "probe":
+            changes.append("probe.every=1")
+        elif kind == "rows_reasoning":
+            changes.append("probe.segment=reply (a row for every rollout, not only closed <think> blocks)")
+        elif kind == "rows_reply":
+            if int(probe.get("num_samples") or MIN_ROWS) < MIN_ROWS:
+                changes.append(f"probe.num_samples={MIN_ROWS}")
+            else:
+                group = int(rollout.get("group_size") or 4)
+                changes.append(f"rollout.num_groups={math.ceil(MIN_ROWS / group)} ({MIN_ROWS} rollouts per probe)")
+        elif kind == "probes":
+            every = max(1, (steps - 1) // (MIN_PROBES - 1))
+            changes.append(f"probe.every={every} ({math.ceil(steps / every)} probes in {steps} steps)"
+                           if steps >= MIN_PROBES else f"trainer.total_steps={MIN_PROBES} with probe.every=1")
+    if len(changes) == 1:
+        return f"One change would make it conclusive: rerun with {changes[0]}."
+    return "No single change would make it conclusive; rerun with all of: " + "; ".join(changes) + "."

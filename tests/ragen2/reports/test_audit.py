@@ -375,9 +375,15 @@ def test_run_verdict_rules():
     label, lines = audit.run_verdict(_summary(rows=4.0))
     assert lines[1].startswith("no reasoning to probe: the probe scored at most 4 reasoning segments (needs 16)")
     label, lines = audit.run_verdict(_summary(std_max=0.0, probes=0))  # both said, spread first
-    assert [line.split(":")[0] for line in lines[1:]] == ["no reward spread", "no reasoning to probe"]
+    assert [line.split(":")[0] for line in lines[1:3]] == ["no reward spread", "no reasoning to probe"]
+    assert lines[-1] == ("No single change would make it conclusive; rerun with all of: rollout.group_size=8 (more "
+                         "rollouts per prompt, so that some of a group's differ); probe.every=1.")
     label, lines = audit.run_verdict(_summary(probes=2))
     assert label == "inconclusive" and lines[1].startswith("only 2 probe(s) (a trend needs 3)")
+    # the main job's case: 6 steps probed every 5 -> 2 probes; every 2 gives 3
+    assert lines[-1] == "One change would make it conclusive: rerun with probe.every=2 (3 probes in 6 steps)."
+    label, lines = audit.run_verdict(_summary(rows=4.0))
+    assert lines[-1].startswith("One change would make it conclusive: rerun with probe.segment=reply")
     alert = {"kind": "template_collapse", "step": 4, "message": "MI-ZScore-EMA fell"}
     label, lines = audit.run_verdict(_summary(alerts=[alert, {"kind": "grad_norm_spike", "step": 1, "message": ""}]))
     assert label == "template collapse" and lines[1:] == ["template-collapse alert at step 5: MI-ZScore-EMA fell"]
