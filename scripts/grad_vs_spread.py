@@ -5,7 +5,7 @@ entropy term scaled by its coefficient, each with a cluster-bootstrap 95% CI ove
     python scripts/grad_vs_spread.py [docs/experiments/grad-vs-spread] [--out docs/benchmarks/grad_vs_spread.json]
 
 A cell's metrics hold, at every decomposed step, one bucket per group (`grad/bucket_k/...`):
-its reward std, task norm and scaled entropy norm. Groups of one (seed, step) share the policy
+its reward std, task norm (also per sampled token) and scaled entropy norm. Groups of one (seed, step) share the policy
 and the batch's normalisation, so they are resampled together.
 """
 
@@ -22,6 +22,8 @@ import yaml
 
 from ragen2.bench.stats import cluster_bootstrap_slope
 
+SERIES = ("task_norm", "task_norm_per_token", "entropy_scaled_norm")
+
 
 def points(run_dir: Path) -> list[dict]:
     """(step, reward std, task norm, scaled entropy norm) of every decomposed group of a cell."""
@@ -35,6 +37,9 @@ def points(run_dir: Path) -> list[dict]:
                     continue  # one group per bucket is what this analysis reads
                 rows.append({"step": metrics["step"], "reward_std": float(value),
                              "task_norm": float(metrics[f"{bucket}/task_norm"]),
+                             # per sampled token: a group of long replies has a larger summed gradient
+                             # at the same spread (Dr.GRPO sums over tokens), which the raw norm mixes in
+                             "task_norm_per_token": float(metrics.get(f"{bucket}/task_norm_per_token", "nan")),
                              "entropy_scaled_norm": float(metrics.get(f"{bucket}/entropy_scaled_norm", "nan"))})
     return rows
 
@@ -44,7 +49,7 @@ def analyse(cells: dict[str, list[tuple[int, list[dict]]]]) -> dict:
     out = {}
     for algo, runs in sorted(cells.items()):
         result = {}
-        for series in ("task_norm", "entropy_scaled_norm"):
+        for series in SERIES:
             clusters = {}
             for seed, rows in runs:
                 for row in rows:
@@ -82,7 +87,7 @@ def main(argv=None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))
     for algo, r in result["by_algo"].items():
-        for series in ("task_norm", "entropy_scaled_norm"):
+        for series in SERIES:
             if series in r:
                 s = r[series]
                 print(f"{algo:16s} {series:20s} slope {s['slope']:+.2f} [{s['ci95'][0]:+.2f}, {s['ci95'][1]:+.2f}] "
