@@ -3,14 +3,14 @@
     live = LiveLine(enabled=LiveLine.wanted(quiet))
     rollout(..., progress=live.rollout("rollout"))       # turn 2/5 | 24 live | 210 tok/s | ETA 0:41
     ppo_update(..., on_micro_batch=live.update())        # update micro-batch 3/8 | ETA 0:20
-    evaluate(..., progress=live.rollout("validation"))   # validation 12/32 episodes | turn 3/5 | ETA 1:05
+    evaluate(..., progress=live.rollout("validation"))   # validation turn 3/5 | replies 12/32 | episodes over 4/32 | ...
     live.stop()
 
 Drawn with rich on stderr (where the step lines go), redrawn in place and erased when the
 phase ends, so finished steps stay as plain lines. Off under --quiet, and when stdout or stderr
 is not a terminal (a log file gets step lines only). The ETA is elapsed / done x remaining,
-with `done` in the phase's natural unit: turns (a turn's share from its sampled tokens),
-micro-batches, or episodes.
+with `done` in the phase's natural unit: turns (a turn's share from its sampled tokens; timed
+from the first sampled token, see `rollout`) or micro-batches.
 """
 
 from __future__ import annotations
@@ -56,6 +56,9 @@ def eta(elapsed: float, fraction: float) -> float | None:
     if fraction <= 0:
         return None
     return elapsed / fraction * (1 - fraction)
+
+
+MIN_PACE = 0.05  # share of a phase sampled since the first report before its pace gives an ETA
 
 
 class LiveLine:
@@ -107,19 +110,31 @@ class LiveLine:
     # --- callbacks for the phases -------------------------------------------------------------
 
     def rollout(self, phase: str = "rollout"):
-        """A callback for `rollout(progress=...)` / `evaluate(progress=...)`."""
+        """A callback for `rollout(progress=...)` / `evaluate(progress=...)`.
+
+        The ETA's pace starts at the first report, after the first prompt's prefill: counted from
+        the phase's start, a slow prefill over the first token's share read as the pace of the whole
+        phase (a 12-minute Sokoban step's first ETA was 1:17:21). Later turns' prefills are in it."""
         self.begin()
-        last = [0.0]
+        last, origin = [0.0], []  # origin: (time, fraction) of the first report
 
         def report(p: RolloutProgress) -> None:
             now = self.clock()
+            if not origin:
+                origin.append((now, p.fraction))
             if now - last[0] < 0.2 and p.live:  # redraw at most 5 times a second
                 return
             last[0] = now
             rate = p.tokens / max(now - self._started, 1e-9)
-            head = (f"{phase} {p.episodes_done}/{p.episodes} episodes | turn {p.turn}/{p.max_turns}"
-                    if phase == "validation" else f"{phase} turn {p.turn}/{p.max_turns}")
-            self._draw(f"{head} | {p.live} live | {rate:.0f} tok/s | {self._eta_text(p.fraction)}")
+            if phase == "validation":  # replies finish within a turn, episodes mostly at its end: show both
+                head = (f"{phase} turn {p.turn}/{p.max_turns} | replies {p.turn_rows - p.live}/{p.turn_rows} | "
+                        f"episodes over {p.episodes_done}/{p.episodes}")
+            else:
+                head = f"{phase} turn {p.turn}/{p.max_turns} | {p.live} live"
+            since, at = origin[0]
+            done = p.fraction - at
+            left = eta(now - since, done / (1 - at)) if done >= MIN_PACE and at < 1 else None
+            self._draw(f"{head} | {rate:.0f} tok/s | " + ("ETA --:--" if left is None else f"ETA {format_eta(left)}"))
 
         return report
 

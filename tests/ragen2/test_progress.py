@@ -39,17 +39,35 @@ def test_lines_for_rollout_update_and_validation():
     clock = FakeClock()
     line = LiveLine(enabled=False, clock=clock)
     report = line.rollout("rollout")
-    clock.now += 20.0
-    report(RolloutProgress(2, 4, 6, 8, 40, 200, 10, 0, 8))  # 200 tokens in 20 s; 1.5/4 done in 20 s
-    assert line.last_text == "rollout turn 2/4 | 6 live | 10 tok/s | ETA 0:33"
+    clock.now += 20.0  # the prefill: not the pace of the rest
+    report(RolloutProgress(2, 4, 6, 8, 0, 160, 10, 0, 8))  # 1/4 done at the first report
+    assert line.last_text == "rollout turn 2/4 | 6 live | 8 tok/s | ETA --:--"
+    clock.now += 10.0
+    report(RolloutProgress(2, 4, 6, 8, 40, 200, 10, 0, 8))  # 1.5/4: an eighth in 10 s, five eighths left
+    assert line.last_text == "rollout turn 2/4 | 6 live | 7 tok/s | ETA 0:50"
     micro = line.update()
     clock.now += 10.0
     micro(2, 8)  # a quarter in 10 s
     assert line.last_text == "update micro-batch 2/8 | ETA 0:30"
     val = line.rollout("validation")
     clock.now += 5.0
-    val(RolloutProgress(1, 5, 0, 32, 100, 100, 10, 12, 32))
-    assert line.last_text.startswith("validation 12/32 episodes | turn 1/5 | 0 live | 20 tok/s | ETA 0:20")
+    val(RolloutProgress(1, 5, 32, 32, 0, 0, 10, 0, 32))
+    clock.now += 0.5
+    val(RolloutProgress(1, 5, 20, 32, 100, 100, 10, 0, 32))  # replies finish before any episode is over
+    assert line.last_text.startswith("validation turn 1/5 | replies 12/32 | episodes over 0/32 | 18 tok/s")
+
+
+def test_the_first_eta_leaves_out_the_first_prefill():
+    # 1 turn of 10 tokens x 8 rows: the prefill takes 60 s, then each token 1 s. From the phase's
+    # start, the first ETA would read 60 s / (8/80) x 0.9 = 9 min for a 9 s remainder.
+    clock = FakeClock()
+    line = LiveLine(enabled=False, clock=clock)
+    report = line.rollout("rollout")
+    clock.now += 60.0
+    report(RolloutProgress(1, 1, 8, 8, 8, 8, 10, 0, 8))
+    clock.now += 1.0
+    report(RolloutProgress(1, 1, 8, 8, 16, 16, 10, 0, 8))
+    assert line.last_text.endswith("ETA 0:08")
 
 
 def test_quiet_and_not_a_terminal_draw_nothing(monkeypatch):
