@@ -38,7 +38,8 @@ def add_parser(subparsers) -> None:
              "temperature": "sampling temperature", "mode": "first_turn: reasoning of turn 1 against every "
              "instance's first prompt; trajectory: any turn against the other contexts",
              "segment": "what is scored under the prompts: reasoning (between <think> and </think>, RAGEN-2) or "
-             "reply (every token of the turn; a row for every rollout, also in answer-only mode)",
+             "reply (every token of the turn; a row for every rollout, also in answer-only mode); auto: reasoning where "
+             "the env requires <think>, else reply",
              "num_samples": "most (reasoning, prompt) rows the probe scores", "seed": "seed of instances and sampling"}
     for name, default in asdict(AuditSettings()).items():
         flag = "--" + name.replace("_", "-")

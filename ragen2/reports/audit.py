@@ -117,10 +117,15 @@ def audit_model(policy, tokenizer, env_factory, settings: AuditSettings) -> dict
     config = RolloutConfig(group_size=settings.group_size, max_turns=settings.max_turns,
                            max_new_tokens=settings.max_new_tokens, temperature=settings.temperature)
     batch = rollout(policy, tokenizer, env_factory, seeds, config, torch.Generator().manual_seed(settings.seed))
+    segment = settings.segment
+    if segment == "auto":  # as a run resolves it: the env decides (an answer-only env has no reasoning)
+        probe_env = env_factory()
+        segment = "reasoning" if getattr(getattr(probe_env, "config", None), "require_think", True) else "reply"
+        probe_env.close()
     probe = Probe(ProbeSection(every=1, num_samples=max(2, settings.num_samples), mode=settings.mode,
-                               segment=settings.segment), tokenizer)
+                               segment=segment), tokenizer)
     numbers = {key.split("/", 1)[1]: value for key, value in probe.measure(policy, batch, settings.seed).items()}
-    numbers["segment"] = settings.segment
+    numbers["segment"] = segment
     rollout_metrics = batch.metrics()
     numbers.update(policy_entropy=policy_entropy(policy, batch, settings.temperature),
                    success_rate=rollout_metrics["rollout/success_rate"],
