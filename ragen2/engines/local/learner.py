@@ -85,22 +85,38 @@ def policy_log_probs(model: nn.Module, input_ids: torch.Tensor, attention_mask: 
         return log_probs, entropy
     ids, attn = input_ids[:, :width], attention_mask[:, :width]
     predicts = response_mask[:, 1:width].bool()  # hidden state t-1 predicts token t
-    with precision.autocast(model):  # matmuls in the model's compute dtype; all that follows in fp32
-        hidden = prefix_lib.hidden_states(model.get_decoder(), ids, attn, shared_prefix)
-        logits = model.get_output_embeddings()(hidden[:, :-1][predicts])
-    logits = logits.float()
-    if temperature > 0 and temperature != 1.0:
-        logits = logits / temperature
-    logp_all = torch.log_softmax(logits, dim=-1)
     targets = ids[:, 1:][predicts]
-    chosen = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    with precision.autocast(model):  # matmuls in the model's compute dtype; the head's softmax in fp32
+        hidden = prefix_lib.hidden_states(model.get_decoder(), ids, attn, shared_prefix)[:, :-1][predicts]
+        # Without gradient a packed shared-prefix pass holds more rows than a plain one: project
+        # them in chunks, so the [positions, vocabulary] logits stay as small as a plain pass's.
+        chunk = HEAD_CHUNK if shared_prefix and not torch.is_grad_enabled() else max(1, hidden.shape[0])
+        parts = [_head_log_probs(model.get_output_embeddings(), h, t, temperature, with_entropy)
+                 for h, t in zip(hidden.split(chunk), targets.split(chunk))]
     log_probs = log_probs.clone()
-    log_probs[:, 1:width][predicts] = chosen
+    log_probs[:, 1:width][predicts] = torch.cat([chosen for chosen, _ in parts])
     if with_entropy:
-        token_entropy = -(logp_all.exp() * logp_all).sum(-1)
         entropy = entropy.clone()
-        entropy[:, 1:width][predicts] = token_entropy
+        entropy[:, 1:width][predicts] = torch.cat([ent for _, ent in parts])
     return log_probs, entropy
+
+
+# Positions projected at once by a no-grad shared-prefix pass: its logits (64 x vocabulary) stay
+# below a plain micro-batch's, leaving room for the KV cache the shared pass holds.
+HEAD_CHUNK = 64
+
+
+def _head_log_probs(head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float,
+                    with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-prob of `targets` (and the entropy) from the hidden states that predict them, in fp32."""
+    logits = head(hidden).float()
+    with precision.full_precision(head):
+        if temperature > 0 and temperature != 1.0:
+            logits = logits / temperature
+        logp_all = torch.log_softmax(logits, dim=-1)
+        chosen = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        entropy = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else None
+    return chosen, entropy
 
 
 def critic_values(critic: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,

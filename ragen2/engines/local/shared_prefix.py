@@ -132,9 +132,8 @@ def micro_batches(input_ids: torch.Tensor, attention_mask: torch.Tensor, respons
     With gradient, what a pass keeps for backward grows with the decoder tokens fed and the
     positions the LM head projects (the sampled tokens): their sum stays within
     micro_batch_size x (longest row + most sampled tokens of a row). Without (`no_grad`), the
-    head's [positions, vocabulary] logits are most of the peak: the sampled tokens alone stay
-    within micro_batch_size x (most of a row), and the decoder tokens within
-    micro_batch_size x longest row. `response_mask` None: no head (the critic)."""
+    decoder tokens alone stay within micro_batch_size x longest row (the caller projects the
+    head in chunks: learner.policy_log_probs). `response_mask` None: no head (the critic)."""
     rows = rows[packing_order(input_ids[rows], attention_mask[rows])]
     lengths = attention_mask.sum(dim=1)
     sampled = response_mask.sum(dim=1) if response_mask is not None else torch.zeros_like(lengths)
@@ -145,7 +144,7 @@ def micro_batches(input_ids: torch.Tensor, attention_mask: torch.Tensor, respons
         width = int(lengths[trial].max())
         fed, heads = fed_tokens(input_ids[trial, :width], attention_mask[trial, :width]), int(sampled[trial].sum())
         if no_grad:
-            over = fed > micro_batch_size * longest or heads > micro_batch_size * most_sampled
+            over = fed > micro_batch_size * longest
         else:
             over = fed + heads > micro_batch_size * (longest + most_sampled)
         if current.numel() and over:

@@ -220,7 +220,8 @@ def test_plan_keeps_groups_apart_when_they_share_less_than_their_own_prompt(tok,
         assert n < int(attn[members].sum(1).min())  # every row keeps a token of its own
 
 
-def test_batched_packing_returns_rows_in_their_order(tok, template):
+def test_batched_packing_returns_rows_in_their_order(tok, template, monkeypatch):
+    monkeypatch.setattr(learner, "HEAD_CHUNK", 5)  # the no-grad head runs in chunks of positions
     model = tiny_llama(tok, seed=5)
     ids, attn, mask = group_batch(tok, template, groups=3, size=2)
     order = torch.tensor([0, 2, 4, 1, 3, 5])  # members of a group apart, as after a shuffle
@@ -285,7 +286,7 @@ def test_packed_micro_batches_hold_whole_groups_within_the_plain_budget(tok, tem
             width = int(lengths[rows].max())
             fed = prefix_lib.fed_tokens(ids[rows, :width], attn[rows, :width])
             if no_grad:
-                assert fed <= 2 * int(lengths.max()) and int(sampled[rows].sum()) <= 2 * int(sampled.max())
+                assert fed <= 2 * int(lengths.max())
             else:
                 assert fed + int(sampled[rows].sum()) <= 2 * (int(lengths.max()) + int(sampled.max()))
     groups = [set((r // 4 for r in rows.tolist())) for rows in prefix_lib.micro_batches(ids, attn, mask, shuffled, 4)]

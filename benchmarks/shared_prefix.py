@@ -1,0 +1,245 @@
+"""Shared-prefix passes on and off, side by side in one run: old log-probs and the update.
+
+    python benchmarks/shared_prefix.py [--threads auto|N] [--repeats 2] [--env NAME] [--algo NAME]
+                                       [--out docs/benchmarks/shared_prefix.json] [KEY=VALUE ...]
+
+Model: the bundled SmolLM2-135M-Instruct on CPU, in the precision `model.dtype=auto` resolves to
+here (or KEY=VALUE `model.dtype=float32`). Config: configs/base.yaml (the CPU default: 4 groups x 4,
+32 new tokens) + presets and overrides. One real rollout gives the batch; then, `--repeats`
+times, with `optim.shared_prefix` off and on (order alternating, so a busy spell on the shared
+machine hits both):
+
+- `old_log_probs`: the no-grad pass `learner.update_inputs` runs before the update (the default
+  config skips it through the on-policy shortcut; it is timed here anyway, as configs with several
+  mini-batches or a KL-in-reward term run it);
+- `update`: `learner.ppo_update` as the trainer calls it (forward + backward + optimiser step).
+  The weights are restored after each update, so both sides start from the rollout's weights and
+  their loss metrics must agree.
+
+Each phase reports its seconds (best of the repeats counts), the tokens fed to the decoder
+(padding included) and the process's peak resident memory during the phase (VmHWM, reset before
+each phase through /proc/self/clear_refs). Prints one JSON object and writes it to `--out`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from ragen2 import seeding
+from ragen2.bench.machine import machine_info
+from ragen2.config import load_config
+from ragen2.engines.local import learner
+from ragen2.engines.local import shared_prefix as prefix_lib
+from ragen2.engines.local import trainer
+from ragen2.rollout import rollout
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def cpu_description() -> dict:
+    """lscpu's model name and the bf16/AMX flags this CPU reports."""
+    try:
+        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        lscpu = ""
+    name = next((line.split(":", 1)[1].strip() for line in lscpu.splitlines() if line.startswith("Model name")), "")
+    flags = set()
+    for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines() if Path("/proc/cpuinfo").is_file() else ():
+        if line.startswith("flags"):
+            flags.update(line.split(":", 1)[1].split())
+    wanted = ("avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "avx2")
+    return {"model_name": name, "flags": {flag: flag in flags for flag in wanted}}
+
+
+def reset_peak_rss() -> float | None:
+    """Return freed heap to the OS (so the resident set is what is alive), reset VmHWM to it
+    (Linux), and return that resident set in GB."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return None
+    return _status_gb("VmRSS:")
+
+
+def _status_gb(key: str) -> float | None:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(key):
+            return round(int(line.split()[1]) / 2 ** 20, 3)
+    return None
+
+
+class FedTokens:
+    """Tokens fed to a decoder body while enabled (padding included)."""
+
+    def __init__(self, body):
+        self.count = 0
+        body.register_forward_pre_hook(lambda module, args, kwargs: self._add(kwargs), with_kwargs=True)
+
+    def _add(self, kwargs):
+        ids, embeds = kwargs.get("input_ids"), kwargs.get("inputs_embeds")
+        self.count += ids.numel() if ids is not None else embeds.shape[0] * embeds.shape[1]
+
+
+def timed(fn):
+    started = time.perf_counter()
+    result = fn()
+    return result, time.perf_counter() - started
+
+
+def timed_cpu(fn):
+    """(result, wall seconds, this process's CPU seconds): on a shared machine the CPU time
+    counts the work done, the wall time also the waits for a core."""
+    cpu = time.process_time()
+    result, wall = timed(fn)
+    return result, wall, time.process_time() - cpu
+
+
+def phase(name: str, fn, fed: FedTokens, record: dict):
+    """Run and time `fn`; record seconds, decoder tokens and the peak resident set above the
+    live set at its start (the smallest over repeats: the first update also allocates the
+    optimiser's moments)."""
+    live = reset_peak_rss()
+    before = fed.count
+    result, seconds, cpu_seconds = timed_cpu(fn)
+    peak = _status_gb("VmHWM:")
+    entry = record.setdefault(name, {"runs_s": [], "cpu_runs_s": []})
+    entry["runs_s"].append(round(seconds, 3))
+    entry["cpu_runs_s"].append(round(cpu_seconds, 3))
+    entry["best_s"] = min(entry["runs_s"])
+    entry["best_cpu_s"] = min(entry["cpu_runs_s"])
+    entry["decoder_tokens_fed"] = fed.count - before
+    if live is not None and peak is not None:
+        entry.setdefault("rss_live_at_start_gb", []).append(live)
+        entry.setdefault("peak_rss_gb", []).append(peak)
+        entry["peak_above_start_gb"] = min(round(p - s, 3) for p, s in zip(entry["peak_rss_gb"],
+                                                                             entry["rss_live_at_start_gb"]))
+    return result
+
+
+def group_prefixes(batch) -> list[int]:
+    """Longest common token prefix of each group's rows."""
+    out = []
+    for group in sorted(set(batch.group_ids.tolist())):
+        rows = (batch.group_ids == group).nonzero().flatten()
+        ids, lengths = batch.input_ids[rows], batch.attention_mask[rows].sum(1)
+        same = (ids == ids[:1]).all(0) & (torch.arange(ids.shape[1]) < lengths.min())
+        out.append(int(same.long().cumprod(0).sum()))
+    return out
+
+
+def pick_threads(choice: str) -> tuple[int, str]:
+    load = os.getloadavg()[0]
+    if choice != "auto":
+        torch.set_num_threads(int(choice))
+        return torch.get_num_threads(), f"set by --threads {choice}"
+    cores = len(os.sched_getaffinity(0))
+    if load > cores - 1:  # something else keeps a core busy: two OpenMP threads would wait on each other
+        torch.set_num_threads(1)
+        return 1, f"auto: load average {load:.1f} on {cores} cores, so 1 thread"
+    return torch.get_num_threads(), f"auto: load average {load:.1f} on {cores} cores, torch's default"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--threads", default="auto", help="torch threads, or auto: 1 when the machine is busy")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--env", default=None)
+    parser.add_argument("--algo", default=None)
+    parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks" / "shared_prefix.json"),
+                        help="where the JSON goes too ('' = stdout only)")
+    parser.add_argument("overrides", nargs="*", help="config KEY=VALUE overrides")
+    args = parser.parse_args()
+    threads, threads_reason = pick_threads(args.threads)
+    load_start = os.getloadavg()
+    cfg = load_config(env=args.env, algo=args.algo,
+                      overrides=["model.device=cpu", "probe.every=0", *args.overrides])
+    choices = []
+    (models, load_s) = timed(lambda: learner.build_models(cfg, report=choices.append))
+    log(f"models loaded in {load_s:.1f} s; {choices[0].describe() if choices else cfg.model.dtype}")
+    optimizers = learner.build_optimizers(models, cfg)
+    generator = torch.Generator().manual_seed(cfg.trainer.seed)
+    batch, rollout_s = timed(lambda: rollout(models.policy, models.tokenizer, trainer.env_factory(cfg),
+                                             seeding.step_seeds(cfg, 0), cfg.rollout, generator))
+    log(f"rollout: {len(batch)} rows in {rollout_s:.1f} s")
+    fed = FedTokens(models.policy.get_decoder())
+    trainable = [p for p in models.policy.parameters() if p.requires_grad]
+    if models.critic is not None:
+        trainable += [p for p in models.critic.parameters() if p.requires_grad]
+    snapshot = [p.detach().clone() for p in trainable]
+    rows = len(batch)
+    on_policy = learner.reuses_current_log_probs(cfg.optim, rows) and models.reference is None
+    results: dict[str, dict] = {"off": {}, "on": {}}
+    old_by_side, metrics_by_side = {}, {}
+    for repeat in range(args.repeats):
+        sides = ("off", "on") if repeat % 2 == 0 else ("on", "off")
+        for side in sides:
+            cfg.optim.shared_prefix = side == "on"
+            data = phase("old_log_probs", lambda: learner.update_inputs(models, batch, cfg, old_log_probs=True),
+                         fed, results[side])
+            old_by_side[side] = data.old_log_probs
+            log(f"[{repeat}] {side}: old log-probs {results[side]['old_log_probs']['runs_s'][-1]:.1f} s "
+                f"({results[side]['old_log_probs']['cpu_runs_s'][-1]:.1f} s CPU)")
+        for side in sides:
+            cfg.optim.shared_prefix = side == "on"
+            data = learner.update_inputs(models, batch, cfg, old_log_probs=not on_policy)  # untimed
+            metrics_by_side[side] = phase("update", lambda: learner.ppo_update(
+                models, optimizers, data, cfg, torch.Generator().manual_seed(0)), fed, results[side])
+            with torch.no_grad():
+                for p, saved in zip(trainable, snapshot):
+                    p.copy_(saved)
+            log(f"[{repeat}] {side}: update {results[side]['update']['runs_s'][-1]:.1f} s "
+                f"({results[side]['update']['cpu_runs_s'][-1]:.1f} s CPU)")
+    mask = batch.response_mask.bool()
+    diff = (old_by_side["on"] - old_by_side["off"])[mask].abs().max().item()
+    scale = old_by_side["off"][mask].abs().max().item()
+    compared = {k: (metrics_by_side["off"][k], metrics_by_side["on"][k]) for k in metrics_by_side["off"]
+                if not k.startswith("time/")}
+    report = {
+        "machine": machine_info(), "cpu": cpu_description(), "torch_threads": threads,
+        "threads_reason": threads_reason, "load_avg_at_start": [round(x, 2) for x in load_start],
+        "load_avg_at_end": [round(x, 2) for x in os.getloadavg()],
+        "model": cfg.model.name, "dtype": cfg.model.dtype, "precision_choice": [c.describe() for c in choices],
+        "config": {"env": cfg.env.name, "algo": cfg.algo.name, "groups_x_size":
+                   f"{cfg.rollout.num_groups}x{cfg.rollout.group_size}", "max_turns": cfg.rollout.max_turns,
+                   "max_new_tokens": cfg.rollout.max_new_tokens, "mini_batch": cfg.optim.mini_batch_size,
+                   "micro_batch": cfg.optim.micro_batch_size, "ppo_epochs": cfg.optim.ppo_epochs,
+                   "update_packs_by_prefix": learner.packs_by_prefix(cfg.optim.model_copy(
+                       update={"shared_prefix": True}), rows), "on_policy_update": on_policy},
+        "batch": {"rows": rows, "padded_width": int(batch.input_ids.shape[1]), "real_tokens": batch.num_tokens,
+                  "response_tokens": batch.num_response_tokens, "group_shared_prefix_tokens": group_prefixes(batch),
+                  "rollout_s": round(rollout_s, 2)},
+        "off": results["off"], "on": results["on"],
+        "speedup_wall": {name: round(results["off"][name]["best_s"] / results["on"][name]["best_s"], 2)
+                         for name in ("old_log_probs", "update")},
+        "speedup_cpu": {name: round(results["off"][name]["best_cpu_s"] / results["on"][name]["best_cpu_s"], 2)
+                        for name in ("old_log_probs", "update")},
+        "target_speedup": 2.5,
+        "agreement": {"old_log_probs_max_abs_diff": diff, "old_log_probs_max_abs": scale,
+                      "update_metrics_off_on": compared},
+    }
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
