@@ -141,19 +141,21 @@ def critic_values(critic: nn.Module, input_ids: torch.Tensor, attention_mask: to
 
 
 @torch.no_grad()
-def batched(fn, micro_batch_size: int, *tensors: torch.Tensor, pack: bool = False) -> torch.Tensor:
+def batched(fn, micro_batch_size: int, *tensors: torch.Tensor, pack: bool = False,
+            attention: float = 0.0) -> torch.Tensor:
     """Apply `fn` to row slices and concatenate; padding is trimmed per slice.
 
     `pack` (tensors: input ids, attention mask[, response mask]): slices are packed by shared
     prefix (shared_prefix.micro_batches: a group's rows together, as many as cost no more than
-    `micro_batch_size` plain rows); the output is in the input's row order."""
+    `micro_batch_size` plain rows; `attention`: the model's shared_prefix.attention_cost); the
+    output is in the input's row order."""
     rows = tensors[0].shape[0]
     if not pack:
         slices = [torch.arange(i, min(i + micro_batch_size, rows)) for i in range(0, rows, micro_batch_size)]
     else:
         slices = prefix_lib.micro_batches(tensors[0], tensors[1], tensors[2] if len(tensors) > 2 else None,
                                           torch.arange(rows, device=tensors[0].device), micro_batch_size,
-                                          no_grad=True)
+                                          no_grad=True, attention=attention)
     outputs = [fn(*(t[index] for t in tensors)) for index in slices]
     order = torch.cat(slices).to(tensors[0].device)
     result = torch.cat(outputs, dim=0)
@@ -212,10 +214,11 @@ def update_inputs(models: Models, batch, cfg: Config, old_log_probs: bool = True
     micro, temperature, shared = cfg.optim.micro_batch_size, cfg.rollout.temperature, cfg.optim.shared_prefix
     batch = batch.to(models.device)
     ids, attn, mask = batch.input_ids, batch.attention_mask, batch.response_mask
+    attention = prefix_lib.attention_cost(models.policy)  # the critic and reference share its shape
 
     def log_probs(model):
         return batched(lambda i, a, m: policy_log_probs(model, i, a, m, temperature, shared_prefix=shared)[0],
-                       micro, ids, attn, mask, pack=shared)
+                       micro, ids, attn, mask, pack=shared, attention=attention)
 
     old = ref = values = None
     if old_log_probs:
@@ -227,7 +230,7 @@ def update_inputs(models: Models, batch, cfg: Config, old_log_probs: bool = True
     if models.critic is not None:
         with phase("values"):
             values = batched(lambda i, a: critic_values(models.critic, i, a, shared_prefix=shared),
-                             micro, ids, attn, pack=shared)
+                             micro, ids, attn, pack=shared, attention=attention)
     with phase("advantages"):
         advantages, returns = compute_advantages(cfg.algo, batch, values, old, ref)
     return UpdateInputs(ids, attn, mask, old, advantages, ref, values, returns)
@@ -357,7 +360,8 @@ def ppo_update(models: Models, optimizers: Optimizers, data: UpdateInputs, cfg: 
             mini = order[start:start + optim.mini_batch_size]
             if pack:  # a group's rows in one micro-batch: its prompt is encoded once
                 micro_batches = prefix_lib.micro_batches(data.input_ids, data.attention_mask, data.response_mask,
-                                                         mini, optim.micro_batch_size)
+                                                         mini, optim.micro_batch_size,
+                                                         attention=prefix_lib.attention_cost(policy))
                 micro_total += len(micro_batches) - math.ceil(len(mini) / optim.micro_batch_size)
             else:
                 # Longest rows first, so each micro-batch holds rows of similar length: a micro-batch

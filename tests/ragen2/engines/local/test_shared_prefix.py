@@ -220,6 +220,21 @@ def test_plan_keeps_groups_apart_when_they_share_less_than_their_own_prompt(tok,
         assert n < int(attn[members].sum(1).min())  # every row keeps a token of its own
 
 
+def test_plan_counts_attention_long_suffixes_after_a_short_prefix_stay_plain():
+    """Two unpadded rows of 1,000 tokens sharing 280: fewer tokens shared, but the suffixes'
+    masked attention over 1,000 keys costs more than the plain causal pass saves (SmolLM2's
+    shape); with a long shared prompt and short replies, sharing wins even so."""
+    g = torch.Generator().manual_seed(0)
+    prompt = torch.randint(5, 300, (280,), generator=g)
+    rows = torch.stack([torch.cat([prompt, torch.randint(5, 300, (720,), generator=g)]) for _ in range(2)])
+    attn = torch.ones_like(rows)
+    smollm2 = 4 * 576 / (2 * (2 * 576 * 576 + 2 * 576 * 192 + 3 * 576 * 1536))
+    assert prefix_lib.plan(rows, attn) is not None  # tokens alone: 1,720 fed instead of 2,000
+    assert prefix_lib.plan(rows, attn, attention=smollm2) is None
+    short = rows[:, :320]
+    assert prefix_lib.plan(short, torch.ones_like(short), attention=smollm2) is not None
+
+
 def test_batched_packing_returns_rows_in_their_order(tok, template, monkeypatch):
     monkeypatch.setattr(learner, "HEAD_CHUNK", 5)  # the no-grad head runs in chunks of positions
     model = tiny_llama(tok, seed=5)
