@@ -15,7 +15,9 @@ equal the plain forward up to float rounding (different matmul shapes sum in ano
 
 Batches are right-padded (ragen2.rollout.batch): row r's real tokens are input_ids[r, :L_r].
 Multi-turn rows share at most the first prompt; later turns differ and are suffix. A micro-batch
-in which no two rows share `MIN_SHARED_PREFIX` tokens runs the plain forward, unchanged.
+in which no two rows share `MIN_SHARED_PREFIX` tokens, or where sharing would not pay (`plan`
+weighs tokens and attended pairs), runs the plain forward, unchanged. So do models training
+with gradient checkpointing (`supported`).
 """
 
 from __future__ import annotations

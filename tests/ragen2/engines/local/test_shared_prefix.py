@@ -187,6 +187,22 @@ def test_no_shared_prefix_falls_back_to_the_plain_pass_exactly(tok):
     assert all(torch.equal(shared[3][n], plain[3][n]) for n in plain[3])
 
 
+def test_gradient_checkpointing_runs_the_plain_pass(tok, template):
+    """transformers drops the KV cache of a checkpointed layer in training: no cache, no sharing."""
+    model = tiny_llama(tok, seed=2)
+    model.gradient_checkpointing_enable()
+    model.train()
+    ids, attn, mask = group_batch(tok, template)
+    fed = FedTokens(model.get_decoder())
+    plain = _policy_pass(model, fed, ids, attn, mask, shared=False)
+    shared = _policy_pass(model, fed, ids, attn, mask, shared=True)
+    assert shared[4] == plain[4] and torch.equal(shared[0], plain[0])
+    with torch.no_grad():  # without gradient the cache is kept: the no-grad passes still share
+        start = fed.count
+        learner.policy_log_probs(model, ids, attn, mask, shared_prefix=True)
+        assert fed.count - start < plain[4]
+
+
 def test_a_group_beside_rows_sharing_nothing(tok, template):
     """Rows with no partner run as one-row clusters in the same pass; copies of a row (RAGEN-2's
     batch adjustment duplicates rows) share their whole length but one token."""
