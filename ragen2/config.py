@@ -33,20 +33,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from mi_probe import CollapseDetectorConfig
 from ragen2.rollout.config import RolloutConfig
 from snr import FilterConfig, StopConfig
-
-
-def _config_dir() -> Path:
-    """The presets, package data of ragen2 (`configs/` at the repository root links to them)."""
-    from importlib.resources import files
-
-    return Path(str(files("ragen2") / "configs"))
-
-
-CONFIG_DIR = _config_dir()
-
-
-class ConfigError(ValueError):
-    """A config that cannot be built; the message names the key."""
+from ragen2 import presets
+# where presets live, the config error and the YAML reader are the presets module's; named here too
+from ragen2.presets import CONFIG_DIR, ConfigError, read_yaml  # noqa: F401
 
 
 class Section(BaseModel):
@@ -267,16 +256,6 @@ class Config(Section):
 # --- building ------------------------------------------------------------------------------
 
 
-def read_yaml(path: Path) -> dict:
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as error:
-        raise ConfigError(f"{path}: not valid YAML: {error}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping at the top level")
-    return data
-
-
 def _merge(base: dict, update: dict) -> dict:
     merged = dict(base)
     for key, value in update.items():
@@ -393,7 +372,6 @@ def load_config(*, env: str | None = None, algo: str | None = None, filter: str 
     `extra` YAML files (paths, or bundled names such as paper/ragen2-main) are merged after the
     presets, before overrides.
     """
-    from ragen2 import presets  # it imports this module
 
     data = read_yaml(base or CONFIG_DIR / "base.yaml")
     env, overrides = presets.choice("env", env, overrides)

@@ -10,9 +10,34 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import yaml
+
 import snr
-from ragen2.config import CONFIG_DIR, ConfigError, read_yaml
 from snr import preset_key
+
+
+def _config_dir() -> Path:
+    """The presets, package data of ragen2 (`configs/` at the repository root links to them)."""
+    from importlib.resources import files
+
+    return Path(str(files("ragen2") / "configs"))
+
+
+CONFIG_DIR = _config_dir()
+
+
+class ConfigError(ValueError):
+    """A config that cannot be built; the message names the key."""
+
+
+def read_yaml(path: Path) -> dict:
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path}: not valid YAML: {error}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    return data
 
 
 def preset_dir(group: str) -> Path:
