@@ -11,11 +11,7 @@ up in both engines' token ids.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
-import sys
-import types
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -24,9 +20,9 @@ import torch
 import envs
 import ragen2.rollout.episode as episode_module
 from ragen2.rollout import RolloutConfig, rollout
+from tests import agent_file
 from tests.tiny import ScriptedPolicy, tiny_tokenizer
 
-AGENT_FILE = Path(__file__).resolve().parents[3] / "ragen2/engines/openrlhf/agent.py"
 # Turn 1 runs nothing (penalty -0.5, shown "0"); turn 2 one step Down and one invalid piece
 # (-0.1 - 0.5 trained, "-0.1" shown); turn 3 steps Up (-0.1).
 REPLIES = {1: "<think>a</think><answer>Jump</answer>", 2: "<think>b</think><answer>Down || Fly</answer>",
@@ -34,27 +30,7 @@ REPLIES = {1: "<think>a</think><answer>Jump</answer>", 2: "<think>b</think><answ
 
 
 def load_agent_module():
-    try:
-        import openrlhf.utils.agent  # noqa: F401  (the real base class when installed)
-        stand_ins = {}
-    except ImportError:
-        names = ("openrlhf", "openrlhf.utils", "openrlhf.utils.agent")
-        stand_ins = {name: types.ModuleType(name) for name in names if name not in sys.modules}
-        stand_ins.setdefault("openrlhf.utils.agent", types.ModuleType("openrlhf.utils.agent"))
-        stand_ins["openrlhf.utils.agent"].AgentExecutorBase = type("AgentExecutorBase", (), {})
-    saved = {name: sys.modules.get(name) for name in stand_ins}
-    sys.modules.update(stand_ins)
-    try:
-        spec = importlib.util.spec_from_file_location("ragen2_agent_under_test", AGENT_FILE)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)  # as OpenRLHF does: not registered in sys.modules
-        return module
-    finally:
-        for name, old in saved.items():
-            if old is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = old
+    return agent_file.load_agent_module('ragen2_agent_under_test')
 
 
 class FakeEngine:

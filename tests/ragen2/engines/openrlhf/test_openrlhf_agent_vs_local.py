@@ -16,11 +16,7 @@ OpenRLHF is not installed (the agent only subclasses it).
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
-import sys
-import types
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -29,37 +25,16 @@ from transformers import GenerationConfig
 
 import envs
 from ragen2.rollout import RolloutConfig, rollout
+from tests import agent_file
 from tests.tiny import ScriptedPolicy, tiny_tokenizer
 
-AGENT_FILE = Path(__file__).resolve().parents[4] / "ragen2/engines/openrlhf/agent.py"
 # No reply closes </answer>, so no stop string fires: every turn ends at the model's <|eot_id|>.
 REPLIES = {1: " go up</think> <answer>Up", 2: " down</think> Down", 3: " left"}
 STOP = "</answer>"
 
 
 def load_agent_module():
-    try:
-        import openrlhf.utils.agent  # noqa: F401  (the real base class when installed)
-        stand_ins = {}
-    except ImportError:
-        base = types.ModuleType("openrlhf.utils.agent")
-        base.AgentExecutorBase = type("AgentExecutorBase", (), {})
-        stand_ins = {name: types.ModuleType(name) for name in ("openrlhf", "openrlhf.utils")
-                     if name not in sys.modules}
-        stand_ins["openrlhf.utils.agent"] = base
-    saved = {name: sys.modules.get(name) for name in stand_ins}
-    sys.modules.update(stand_ins)
-    try:
-        spec = importlib.util.spec_from_file_location("ragen2_agent_vs_local", AGENT_FILE)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        for name, old in saved.items():
-            if old is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = old
+    return agent_file.load_agent_module('ragen2_agent_vs_local')
 
 
 @pytest.fixture(scope="module")
