@@ -101,15 +101,22 @@ def spearman_table(rows: list[dict], target: str = SUCCESS_KEY, proxies=PROXIES)
         entry = {"proxy": label, "key": key, "n": len(pairs), "rho": None, "p_value": None, "note": ""}
         if len(pairs) < 3:
             entry["note"] = "fewer than 3 steps with both" if pairs or steps else "not logged"
-        elif len({x for x, _ in pairs}) < 2 or len({y for _, y in pairs}) < 2:
+        elif (result := spearman(pairs)) is None:
             entry["note"] = "constant series: rank correlation undefined"
         else:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                result = stats.spearmanr([x for x, _ in pairs], [y for _, y in pairs])
-            entry["rho"], entry["p_value"] = float(result.statistic), float(result.pvalue)
+            entry["rho"], entry["p_value"] = result
         table.append(entry)
     return table
+
+
+def spearman(pairs: list[tuple[float, float]]) -> tuple[float, float] | None:
+    """Spearman rho and p-value of (x, y) pairs; None when either side is constant (undefined)."""
+    if len({x for x, _ in pairs}) < 2 or len({y for _, y in pairs}) < 2:
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = stats.spearmanr([x for x, _ in pairs], [y for _, y in pairs])
+    return float(result.statistic), float(result.pvalue)
 
 
 def detector_config(config: dict) -> mi_probe.CollapseDetectorConfig:

@@ -13,12 +13,9 @@ then asks across runs:
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 
-from scipy import stats
-
-from ragen2.reports.audit_report import SUCCESS_KEY, load_run, series, spearman_table
+from ragen2.reports.audit_report import SUCCESS_KEY, load_run, series, spearman, spearman_table
 
 # The two proxies the claim contrasts, plus retrieval accuracy (the probe's other reading).
 CONTRASTED = (("MI-ZScore-EMA", "probe/mi_zscore_ema"), ("Policy token entropy", "actor/entropy"),
@@ -41,11 +38,8 @@ def across_runs(per_run: list[dict], proxies=CONTRASTED) -> list[dict]:
                  "mean_within_run_rho": sum(rhos) / len(rhos) if rhos else None,
                  "positive_within_run": sum(rho > 0 for rho in rhos), "runs_with_final": len(finals),
                  "across_run_rho": None, "across_run_p": None}
-        if len(finals) >= 3 and len({x for x, _ in finals}) > 1 and len({y for _, y in finals}) > 1:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                result = stats.spearmanr([x for x, _ in finals], [y for _, y in finals])
-            entry["across_run_rho"], entry["across_run_p"] = float(result.statistic), float(result.pvalue)
+        if len(finals) >= 3 and (result := spearman(finals)) is not None:
+            entry["across_run_rho"], entry["across_run_p"] = result
         out.append(entry)
     return out
 
