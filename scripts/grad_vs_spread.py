@@ -17,7 +17,6 @@ import math
 import sys
 from pathlib import Path
 
-import numpy as np
 import yaml
 
 from ragen2.bench.stats import cluster_bootstrap_slope

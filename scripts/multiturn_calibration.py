@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import platform
 import sys
 import time
 from pathlib import Path
@@ -34,13 +33,6 @@ SETTINGS = [
     ("sokoban", {"require_think": False, "dim_x": 5, "dim_y": 5, "search_depth": 5, "instruction_style": "explicit"},
      {"max_turns": 3, "max_new_tokens": 24}),
 ]
-
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
 
 
 def measure(policy, tokenizer, env_name, env_overrides, rollout_cfg, groups, seed):
@@ -87,7 +79,7 @@ def main(argv=None) -> int:
     import torch
 
     from ragen2 import models as model_lib
-    from ragen2 import precision
+    from ragen2.bench.machine import cpu_name
     from ragen2.rollout import RolloutConfig
 
     torch.set_num_threads(args.threads)
