@@ -15,6 +15,8 @@ commit_finished() {
   for summary in "$out"/runs/*/summary.json; do
     [ -e "$summary" ] || continue
     cell=$(dirname "$summary")
+    # the runner writes the cell's final state after the summary: commit once, when it says done
+    grep -q '"status": "done"' "$cell/bench_cell.json" 2>/dev/null || continue
     rm -rf "$cell/checkpoints"
     if [ -n "$(git status --porcelain -- "$cell")" ]; then
       git add -- "$cell" || continue
