@@ -5,11 +5,22 @@
 # Cells live in docs/experiments/SUITE/runs/<cell>/ (the runner skips a cell whose summary.json
 # exists, so the committed ones are never rerun); checkpoints stay out of git (.gitignore) and a
 # finished cell's are deleted. The report (results, paired CIs) is rebuilt and committed too.
+# The cells import a pinned copy of the code (a detached worktree of HEAD at start), so edits made
+# in this tree while the suite runs never reach a cell half-written, and every cell of one start
+# records the same commit. Restart the script to run later cells on newer code.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 suite=$1; shift
 threads=${*:---threads 1}
 out=docs/experiments/$suite
+
+pinned=${TMPDIR:-/tmp}/ragen2-bench-code/$suite
+git worktree prune
+[ -d "$pinned" ] && git worktree remove --force "$pinned"
+git worktree add -q --detach "$pinned" HEAD || exit 1
+# ahead of the editable install's finder; PYTHONSAFEPATH keeps `python -m` from putting this tree first
+export PYTHONPATH="$pinned${PYTHONPATH:+:$PYTHONPATH}" PYTHONSAFEPATH=1
+echo "cells run the code of $(git -C "$pinned" rev-parse --short HEAD) from $pinned"
 
 commit_finished() {
   for summary in "$out"/runs/*/summary.json; do
