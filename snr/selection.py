@@ -122,14 +122,21 @@ def _reward_matrix(rewards: Any) -> torch.Tensor:
 
 
 def group_spread(rewards: Any, ddof: int = 1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """In-group reward spread of a [num_groups, group_size] reward matrix.
+    """In-group reward spread: the one definition the filter, the batch metrics, the collapse
+    watch, the gradient decomposition and the OpenRLHF engine share.
 
-    Returns float64 CPU tensors ``(variance, std, zero_spread)``, each [num_groups]:
-    the sample variance with `ddof`, its square root, and whether all rewards in
-    the group are equal. A group of one rollout has spread 0 (none observed).
+    `rewards` is a [num_groups, group_size] matrix (tensor, array or nested list) or a sequence
+    of per-group reward lists whose lengths may differ (a batch whose groups lost members).
+    Returns float64 CPU tensors ``(variance, std, zero_spread)``, each [num_groups]: the sample
+    variance with `ddof` (1: divide by n - 1, torch.std's and RAGEN's; 0: by n), its square
+    root, and whether all rewards in the group are equal (within ZERO_SPREAD_TOL; such a group
+    gets exactly 0, not float round-off). A group of one rollout has spread 0 (none observed).
     """
-    if ddof not in (0, 1):
+    if isinstance(ddof, bool) or ddof not in (0, 1):
         raise FilterInputError(f"ddof must be 0 or 1; got {ddof!r}")
+    if _is_ragged(rewards):
+        parts = [group_spread([list(group)], ddof) for group in rewards]
+        return tuple(torch.cat([part[i] for part in parts]) for i in range(3))  # type: ignore[return-value]
     matrix = _reward_matrix(rewards)
     group_size = matrix.shape[1]
     zero_spread = (matrix.amax(dim=1) - matrix.amin(dim=1)) <= ZERO_SPREAD_TOL
@@ -140,6 +147,15 @@ def group_spread(rewards: Any, ddof: int = 1) -> tuple[torch.Tensor, torch.Tenso
         variance = centred.pow(2).sum(dim=1) / (group_size - ddof)
     variance = torch.where(zero_spread, torch.zeros_like(variance), variance)
     return variance, variance.sqrt(), zero_spread
+
+
+def _is_ragged(rewards: Any) -> bool:
+    """A list of per-group lists of different lengths (a matrix cannot hold it)."""
+    if isinstance(rewards, (torch.Tensor, str, bytes)) or not isinstance(rewards, (list, tuple)) or not rewards:
+        return False
+    if not all(isinstance(group, (list, tuple)) for group in rewards):
+        return False
+    return len({len(group) for group in rewards}) > 1
 
 
 def _given_scores(scores: Any, num_groups: int) -> torch.Tensor:

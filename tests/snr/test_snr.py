@@ -41,6 +41,23 @@ def test_group_spread_values_and_ddof():
     assert var0.tolist() == pytest.approx([0.1875, 0.0, 1.0, 0.25])
 
 
+def test_group_spread_of_grouped_lists_matches_the_matrix_and_takes_uneven_groups():
+    # Lists of one length are a matrix; lists of several lengths are spread per group, with ddof.
+    rows = REWARDS.tolist()
+    for ddof in (0, 1):
+        for got, want in zip(snr.group_spread(rows, ddof), snr.group_spread(REWARDS, ddof)):
+            assert torch.equal(got, want)
+    var, std, zero = snr.group_spread([[0.0, 1.0], [0.0, 0.0, 3.0], [2.0]])
+    assert var.tolist() == pytest.approx([0.5, 3.0, 0.0])  # var([0, 0, 3]) = (1 + 1 + 4) / 2
+    assert zero.tolist() == [False, False, True]  # one rollout: no spread observed
+    var0, _, _ = snr.group_spread([[0.0, 1.0], [0.0, 0.0, 3.0], [2.0]], ddof=0)
+    assert var0.tolist() == pytest.approx([0.25, 2.0, 0.0])
+    with pytest.raises(FilterInputError, match="ddof must be 0 or 1"):
+        snr.group_spread(REWARDS, ddof=2)
+    with pytest.raises(FilterInputError, match="at least one group and one rollout"):
+        snr.group_spread([[0.0, 1.0], []])
+
+
 def test_equal_rewards_have_exactly_zero_spread():
     # float64 round-off gives var([0.1]*3) ~ 3e-34; we report exactly 0.
     var, std, zero = snr.group_spread(torch.tensor([[0.1, 0.1, 0.1]]))
