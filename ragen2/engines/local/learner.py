@@ -261,16 +261,9 @@ def packs_by_prefix(optim, rows: int) -> bool:
     return optim.shared_prefix and optim.loss_scope == "mini_batch" and reuses_current_log_probs(optim, rows)
 
 
-def _finite_grad_step(module: nn.Module, optimizer: torch.optim.Optimizer, max_norm: float) -> tuple[float, bool]:
-    """Clip and step unless the gradient is non-finite; returns (pre-clip norm, stepped)."""
-    params = [p for p in module.parameters() if p.requires_grad]
-    norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
-    if not math.isfinite(norm):
-        optimizer.zero_grad(set_to_none=True)
-        return norm, False
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    return norm, True
+def _clip_grad(module: nn.Module, max_norm: float) -> float:
+    """Clip the module's gradient to `max_norm`; returns its pre-clip norm (non-finite: do not step)."""
+    return float(torch.nn.utils.clip_grad_norm_([p for p in module.parameters() if p.requires_grad], max_norm))
 
 
 def actor_loss_settings(algo) -> dict:
@@ -313,8 +306,8 @@ def ppo_update(models: Models, optimizers: Optimizers, data: UpdateInputs, cfg: 
 
     `on_micro_batch(done, total)` is called after each micro-batch (the live progress line).
 
-    A mini-batch whose loss or gradient is not finite is skipped (no optimiser step) and
-    counted, and the run goes on. `train_actor=False` (critic warm-up) runs only the critic.
+    A mini-batch whose loss or gradient (actor's or critic's) is not finite is skipped (no
+    optimiser step for either model) and counted once, and the run goes on. `train_actor=False` (critic warm-up) runs only the critic.
     """
     algo, optim = cfg.algo, cfg.optim
     policy, critic = models.policy, models.critic
@@ -405,15 +398,21 @@ def ppo_update(models: Models, optimizers: Optimizers, data: UpdateInputs, cfg: 
                     optimizers.critic.zero_grad(set_to_none=True)
                 skipped += 1
                 continue
-            stepped = True
+            # One loss, one step: when either gradient is not finite neither model steps, and the
+            # mini-batch counts once as skipped (stepping the other would update half of the loss).
+            stepping = [(optimizers.actor, policy)] if train_actor else []
+            stepping += [(optimizers.critic, critic)] if critic is not None else []
+            norms = [_clip_grad(module, optim.grad_clip) for _, module in stepping]
             if train_actor:
-                norm, stepped = _finite_grad_step(policy, optimizers.actor, optim.grad_clip)
-                record("actor/grad_norm", norm if math.isfinite(norm) else float("nan"))
+                record("actor/grad_norm", norms[0] if math.isfinite(norms[0]) else float("nan"))
             if critic is not None:
-                critic_norm, critic_stepped = _finite_grad_step(critic, optimizers.critic, optim.grad_clip)
-                record("critic/grad_norm", critic_norm)
-                stepped = stepped and critic_stepped
-            skipped += 0 if stepped else 1
+                record("critic/grad_norm", norms[-1])
+            finite = all(math.isfinite(norm) for norm in norms)
+            for optimizer, _ in stepping:
+                if finite:
+                    optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+            skipped += 0 if finite else 1
     metrics = {name: totals[name] / counts[name] for name in totals}
     metrics["actor/nonfinite_skipped_minibatches"] = float(skipped)
     return metrics

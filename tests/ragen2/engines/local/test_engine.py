@@ -79,6 +79,40 @@ def test_non_finite_loss_skips_the_step_and_counts_it(tok):
     assert all(torch.equal(before[k], after[k]) for k in before)
 
 
+def _actor_and_critic(tok):
+    from ragen2.models import ValueModel
+    from transformers import LlamaModel
+
+    cfg = load_config(algo="ppo", overrides=["optim.micro_batch_size=2", "optim.mini_batch_size=4",
+                                             "optim.actor_lr=1e-3", "optim.critic_lr=1e-3"])
+    policy = tiny_llama(tok, seed=2)
+    critic = ValueModel(LlamaModel(tiny_llama(tok, seed=5).config))
+    models = learner.Models(policy, tok, critic, None, torch.device("cpu"))
+    ids, attn, mask = _batch(len(tok), seed=3)
+    old, _ = learner.policy_log_probs(policy, ids, attn, mask)
+    old_values = learner.critic_values(critic, ids, attn).detach()
+    advantages = torch.linspace(-1, 1, 12).expand(4, 12) * mask
+    data = learner.UpdateInputs(ids, attn, mask, old.detach(), advantages, None, old_values, old_values + advantages)
+    return cfg, models, data
+
+
+@pytest.mark.parametrize("broken", ["critic", "actor"])
+def test_a_non_finite_gradient_of_either_model_steps_neither_and_counts_once(tok, broken):
+    """The loss is finite, one model's gradient is not: the mini-batch is one update of both
+    models, so neither steps (stepping the other would apply half of the loss), counted once."""
+    cfg, models, data = _actor_and_critic(tok)
+    module = models.critic.value_head if broken == "critic" else models.policy.get_output_embeddings()
+    module.weight.register_hook(lambda grad: grad * float("inf"))
+    before = {name: copy.deepcopy(model.state_dict()) for name, model in (("policy", models.policy),
+                                                                         ("critic", models.critic))}
+    optimizers = learner.build_optimizers(models, cfg)
+    metrics = learner.ppo_update(models, optimizers, data, cfg, torch.Generator().manual_seed(0))
+    assert metrics["actor/nonfinite_skipped_minibatches"] == 1.0
+    for name, model in (("policy", models.policy), ("critic", models.critic)):
+        assert all(torch.equal(before[name][k], v) for k, v in model.state_dict().items()), f"the {name} stepped"
+    assert not optimizers.actor.state and not optimizers.critic.state  # no moments: no step was taken
+
+
 def test_values_are_aligned_with_the_token_they_precede(tok):
     from ragen2.models import ValueModel
     from transformers import LlamaModel
