@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+import snr
+
 # What to do when the kept rows are not a multiple of RAGEN-2's size divisor. copy (RAGEN-2's
 # batch_adjust_mode default): duplicate random rows up to the next multiple; delete: remove the
 # remainder at random; none (ours): train on them as they are, the last mini-batch shorter.
@@ -213,20 +215,34 @@ class RolloutBatch:
 
     # --- metrics -----------------------------------------------------------------------------
 
-    def metrics(self, prefix: str = "rollout/") -> dict[str, float]:
+    def grouped_rewards(self) -> dict[int, list[float]]:
+        """Trajectory rewards per group id, each group's in member order."""
+        groups: dict[int, list[tuple[int, float]]] = {}
+        for t in self.trajectories:
+            groups.setdefault(t.group, []).append((t.member, t.reward))
+        return {g: [reward for _, reward in sorted(members)] for g, members in groups.items()}
+
+    def reward_matrix(self) -> torch.Tensor:
+        """[P, G] float64 trajectory rewards, group-major (row = group id, column = member): what
+        the filter ranks. A group id with no trajectory (a selected batch) is a row of zeros."""
+        num_groups = 1 + max(t.group for t in self.trajectories)
+        rewards = torch.zeros(num_groups, self.group_size, dtype=torch.float64)
+        for t in self.trajectories:
+            rewards[t.group, t.member] = t.reward
+        return rewards
+
+    def metrics(self, prefix: str = "rollout/", ddof: int = 1) -> dict[str, float]:
         """Summary numbers over trajectories (not rows) and over turns.
 
-        In-group std and variance use ddof=1 (torch.std, snr's default); groups of one member
-        contribute 0. reward_std is over all trajectories (ddof=0).
+        In-group std and variance are snr.group_spread's with `ddof` (1 = torch.std's, snr's
+        default); groups of one member contribute 0. reward_std is over all trajectories (ddof=0).
         """
         trajs = self.trajectories
         if not trajs:
             return {f"{prefix}num_trajectories": 0.0}
         rewards = torch.tensor([t.reward for t in trajs], dtype=torch.float64)
-        groups: dict[int, list[float]] = {}
-        for t in trajs:
-            groups.setdefault(t.group, []).append(t.reward)
-        group_var = [float(torch.tensor(r, dtype=torch.float64).var()) if len(r) > 1 else 0.0 for r in groups.values()]
+        groups = self.grouped_rewards()
+        group_var = snr.group_spread(list(groups.values()), ddof)[0].tolist()
         turns = [(t, k) for t in trajs for k in range(len(t.turn_rewards))]
         thinks = [t.think_lengths[k] for t, k in turns if t.think_lengths[k] > 0]
         finish = [t.finish_reasons[k] for t, k in turns]
