@@ -44,12 +44,14 @@ from ragen2 import seeding
 from ragen2.config import ProbeSection
 
 EARLY_WARNINGS = ("reward_std_cliff", "grad_norm_spike")
-# detector input -> the metric key the trainer logs it under
+# detector input -> the metric keys the trainer logs it under, the first present wins. The reward
+# spread is the filter's own (snr/reward_std_mean: every group, before filtering, with filter.ddof),
+# so the watch sees the spread the filter ranks by; rows without it (a caller's own) give rollout's.
 WATCHED_SERIES = {
-    "mi_zscore_ema": "probe/mi_zscore_ema",
-    "entropy": "actor/entropy",
-    "reward_std": "rollout/in_group_reward_std_mean",
-    "grad_norm": "actor/grad_norm",
+    "mi_zscore_ema": ("probe/mi_zscore_ema",),
+    "entropy": ("actor/entropy",),
+    "reward_std": ("snr/reward_std_mean", "rollout/in_group_reward_std_mean"),
+    "grad_norm": ("actor/grad_norm",),
 }
 
 
@@ -244,8 +246,8 @@ def series_values(metrics: dict) -> dict[str, float]:
     """The detector's inputs present in `metrics`; a non-finite value is dropped (the update
     already skipped it), except the gradient norm, where it is itself the alarm."""
     values = {}
-    for name, key in WATCHED_SERIES.items():
-        value = metrics.get(key)
+    for name, keys in WATCHED_SERIES.items():
+        value = next((metrics[key] for key in keys if key in metrics), None)
         if isinstance(value, str):  # the run log writes NaN/inf as strings
             try:
                 value = float(value)
