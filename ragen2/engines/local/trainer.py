@@ -80,11 +80,7 @@ def env_factory(cfg: Config, name: str | None = None):
 
 def group_rewards(batch: RolloutBatch) -> torch.Tensor:
     """[P, G] trajectory rewards, group-major, for the filter."""
-    num_groups = 1 + max(t.group for t in batch.trajectories)
-    rewards = torch.zeros(num_groups, batch.group_size, dtype=torch.float64)
-    for t in batch.trajectories:
-        rewards[t.group, t.member] = t.reward
-    return rewards
+    return batch.reward_matrix()
 
 
 def train_step(run: Run) -> dict:
