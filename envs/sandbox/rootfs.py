@@ -144,11 +144,6 @@ def _build() -> tuple:
     return tuple(entries)
 
 
-def allowed_paths(entries: tuple) -> list[str]:
-    """Host paths the root shows (binds only)."""
-    return [entry[1] for entry in entries if entry[0] in ("file", "tree")]
-
-
 def with_hidden(entries: tuple, hide_paths: tuple[str, ...]) -> tuple:
     """The plan with `hide_paths` covered where they fall inside an allowed tree (above one, they
     are absent already, but for the interpreter's own files). A path the interpreter itself

@@ -21,12 +21,10 @@ from ragen2.algos.losses import (
     KL_ESTIMATORS,
     aggregate_token_loss,
     clipped_value_loss,
-    entropy_from_logits,
     kl_estimate,
     kl_loss,
     kl_reward_penalty,
     ppo_clip_policy_loss,
-    token_entropy,
 )
 
 __all__ = [
@@ -37,7 +35,6 @@ __all__ = [
     "bi_level_gae_advantages",
     "clipped_value_loss",
     "dr_grpo_advantages",
-    "entropy_from_logits",
     "gae_advantages",
     "group_normalized_scores",
     "grpo_advantages",
@@ -48,7 +45,6 @@ __all__ = [
     "masked_whiten",
     "ppo_clip_policy_loss",
     "rewards_at_turn_ends",
-    "token_entropy",
     "turn_end_mask",
     "turn_index",
 ]

@@ -25,8 +25,9 @@ def compute_advantages(algo, batch, values, old_log_probs, ref_log_probs):
     if algo.advantage == "bilevel_gae":
         return adv_lib.bi_level_gae_advantages(turn_rewards, values, batch.response_mask, algo.turn_gamma,
                                                algo.turn_lam, algo.gamma, algo.lam)
-    if algo.advantage in ("grpo", "dr_grpo"):  # Dr.GRPO: the group mean removed, no division by std
-        advantages = adv_lib.grpo_advantages(token_rewards, batch.response_mask, batch.group_ids,
-                                             eps=algo.grpo_std_eps, scale_by_std=algo.advantage == "grpo")
-        return advantages, None
+    if algo.advantage == "grpo":
+        return adv_lib.grpo_advantages(token_rewards, batch.response_mask, batch.group_ids,
+                                       eps=algo.grpo_std_eps), None
+    if algo.advantage == "dr_grpo":  # the group mean removed, no division by std (so no eps)
+        return adv_lib.dr_grpo_advantages(token_rewards, batch.response_mask, batch.group_ids), None
     raise ValueError(f"algo.advantage={algo.advantage!r} has no estimator here; known: {', '.join(ESTIMATORS)}")

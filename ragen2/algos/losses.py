@@ -23,8 +23,6 @@ __all__ = [
     "KL_ESTIMATORS",
     "aggregate_token_loss",
     "ppo_clip_policy_loss",
-    "token_entropy",
-    "entropy_from_logits",
     "kl_estimate",
     "kl_loss",
     "kl_reward_penalty",
@@ -165,46 +163,6 @@ def ppo_clip_policy_loss(
             "ratio_max": torch.where(n > 0, torch.where(mask, ratio, -inf).max(), torch.ones_like(inf)),
         }
     return loss, {k: v.detach() for k, v in metrics.items()}
-
-
-# ----------------------------------------------------------------------------- entropy
-
-
-def token_entropy(logits: torch.Tensor) -> torch.Tensor:
-    """Entropy of softmax(logits) over the last dim, [...] out, in >= fp32.
-
-    Computed as -sum p log p with log p from log_softmax (no exp overflow). Logits of -inf (banned
-    tokens) contribute 0: log p is clamped to the dtype's min before the product, so neither the
-    value nor its gradient meets ``0 * -inf``.
-    """
-    if not isinstance(logits, torch.Tensor) or not logits.dtype.is_floating_point:
-        raise TypeError(f"logits must be a floating torch.Tensor, got {getattr(logits, 'dtype', type(logits))}")
-    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
-    logp = torch.log_softmax(logits, dim=-1)
-    p = logp.exp()
-    return -(p * logp.clamp(min=torch.finfo(logp.dtype).min)).sum(dim=-1)
-
-
-def entropy_from_logits(
-    logits: torch.Tensor,
-    response_mask: torch.Tensor,
-    agg_mode: str = "token-mean",
-    norm_length: Optional[int] = None,
-    total_tokens: Optional[int] = None,
-    total_sequences: Optional[int] = None,
-) -> torch.Tensor:
-    """Aggregated entropy of the policy on assistant tokens; logits are [batch, seq_len, vocab].
-
-    Only the assistant positions are gathered (``logits[mask]``) before any arithmetic: that
-    saves memory on [B, T, V] and keeps whatever is at other positions out of value and gradient.
-    An entropy bonus is ``loss -= coef * entropy``.
-    """
-    if not isinstance(logits, torch.Tensor) or logits.dim() != 3:
-        raise ValueError(f"logits must be a 3-D tensor [batch, seq_len, vocab], got {getattr(logits, 'shape', type(logits))}")
-    mask = as_bool_mask(response_mask, shape=logits.shape[:2])
-    selected = token_entropy(logits[mask])
-    per_token = torch.zeros(mask.shape, dtype=selected.dtype, device=selected.device).masked_scatter(mask, selected)
-    return aggregate_token_loss(per_token, mask, agg_mode, norm_length, total_tokens, total_sequences)
 
 
 # ----------------------------------------------------------------------------- KL to the reference

@@ -256,6 +256,26 @@ def test_dr_grpo_is_mean_centered_only():
     assert adv.tolist() == [[0.5, 0.5], [-0.5, -0.5], [-0.5, -0.5], [0.5, 0.5]]
 
 
+def test_the_engines_dr_grpo_advantage_is_dr_grpo_advantages(monkeypatch):
+    """algo.advantage=dr_grpo reaches the tested function (the estimator had its own call of
+    grpo_advantages), and gives its numbers."""
+    from types import SimpleNamespace
+
+    from ragen2.algos import advantages as adv_lib
+    from ragen2.algos.estimators import compute_advantages
+    from ragen2.config import load_config
+
+    algo = load_config(overrides=["algo.advantage=dr_grpo", "algo.kl_coef=0"]).algo
+    batch = SimpleNamespace(token_rewards=t([[0, 1.0], [0, 0], [0, 0], [0, 1.0]]), turn_rewards=None,
+                            response_mask=torch.ones(4, 2, dtype=torch.bool), group_ids=torch.tensor([3, 3, 3, 3]))
+    advantages, returns = compute_advantages(algo, batch, None, None, None)
+    assert returns is None and advantages.tolist() == [[0.5, 0.5], [-0.5, -0.5], [-0.5, -0.5], [0.5, 0.5]]
+    calls = []
+    monkeypatch.setattr(adv_lib, "dr_grpo_advantages", lambda *args: calls.append(args) or advantages)
+    compute_advantages(algo, batch, None, None, None)
+    assert len(calls) == 1
+
+
 def test_grpo_validates_group_ids():
     mask = torch.ones(2, 2, dtype=torch.bool)
     with pytest.raises(TypeError, match="group_ids must be integers"):

@@ -9,12 +9,10 @@ from ragen2.algos import losses
 from ragen2.algos.losses import (
     aggregate_token_loss,
     clipped_value_loss,
-    entropy_from_logits,
     kl_estimate,
     kl_loss,
     kl_reward_penalty,
     ppo_clip_policy_loss,
-    token_entropy,
 )
 
 NAN = float("nan")
@@ -187,41 +185,6 @@ def test_policy_loss_nan_on_assistant_token_propagates_and_validation():
         ppo_clip_policy_loss(z, z, z, t([[1.0, 2.0]]))
     loss, metrics = ppo_clip_policy_loss(z, z, z, torch.zeros(1, 2, dtype=torch.bool))
     assert loss.item() == 0.0 and metrics["ratio_min"].item() == 1.0
-
-
-# ----------------------------------------------------------------------------- entropy
-
-
-def test_token_entropy_uniform_peaked_and_banned_tokens():
-    assert token_entropy(torch.zeros(5)).item() == pytest.approx(math.log(5))
-    # two equal logits and two banned (-inf) tokens: entropy ln 2, gradient finite
-    logits = t([0.0, 0.0, -math.inf, -math.inf]).requires_grad_(True)
-    h = token_entropy(logits)
-    h.backward()
-    assert h.item() == pytest.approx(LN2) and torch.isfinite(logits.grad).all()
-    # p = softmax([ln 3, 0]) = [3/4, 1/4]
-    h2 = token_entropy(t([math.log(3.0), 0.0]))
-    assert h2.item() == pytest.approx(-(0.75 * math.log(0.75) + 0.25 * math.log(0.25)))
-    # huge logits stay finite (log_softmax, no exp overflow)
-    assert token_entropy(t([1e4, 0.0])).item() == pytest.approx(0.0, abs=1e-12)
-
-
-def test_entropy_from_logits_masked_aggregation_ignores_masked_logits():
-    vocab = 4
-    logits = torch.zeros(2, 3, vocab, dtype=torch.float64)  # uniform: ln 4 each
-    logits[0, 1] = t([math.log(3.0), 0.0, -math.inf, -math.inf])  # 3/4, 1/4
-    logits[1, 1:] = NAN  # masked
-    logits.requires_grad_(True)
-    mask = t([[1, 1, 0], [1, 0, 0]], torch.bool)
-    h_mid = -(0.75 * math.log(0.75) + 0.25 * math.log(0.25))
-    ent = entropy_from_logits(logits, mask, "token-mean")
-    assert ent.item() == pytest.approx((2 * math.log(4) + h_mid) / 3)
-    ent.backward()
-    assert torch.isfinite(logits.grad).all() and (logits.grad[1, 1:] == 0).all()
-    seq = entropy_from_logits(logits.detach(), mask, "seq-mean-token-mean")
-    assert seq.item() == pytest.approx(((math.log(4) + h_mid) / 2 + math.log(4)) / 2)
-    with pytest.raises(ValueError, match="3-D"):
-        entropy_from_logits(torch.zeros(2, 3), mask)
 
 
 # ----------------------------------------------------------------------------- KL
