@@ -87,15 +87,15 @@ def _info(sample, key: str):
     return None if value is None else float(torch.as_tensor(value).reshape(-1)[0])
 
 
-def rollout_metrics(samples: list, group_size: int) -> dict[str, float]:
+def rollout_metrics(samples: list, group_size: int, ddof: int = 1) -> dict[str, float]:
     """`rollout/...` over all of a step's samples (before the filter), in the local engine's
     definitions (`RolloutBatch.metrics`) where a sample carries what they need: reward std over
-    all samples with ddof=0, in-group std / variance with ddof=1, success from `scores` (the
+    all samples with ddof=0, in-group std / variance snr.group_spread's (with `ddof`), success from `scores` (the
     agent's), turns and the per-turn format fraction from the agent's `env/...` extra logs.
     `response_length_mean` and `truncated_rate` are OpenRLHF's (`_compute_rollout_stats`)."""
     rewards = group_reward_matrix(samples, group_size)
     flat = rewards.reshape(-1)
-    spread = rewards.var(dim=1) if group_size > 1 else torch.zeros(rewards.shape[0], dtype=torch.float64)
+    spread = snr.group_spread(rewards, ddof)[0]
     out = {
         "rollout/reward_mean": float(flat.mean()),
         "rollout/reward_std": float(flat.std(unbiased=False)),
