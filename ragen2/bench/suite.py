@@ -66,7 +66,8 @@ COMPARE = ("filter", "algo")  # what a matrix's table compares side by side with
 SCALE_SECTIONS_IGNORED = ("algo", "filter", "filter_preset")  # the matrix chooses these
 # A run keeps only its newest checkpoint (a 135M checkpoint is ~1.5 GB): enough to resume.
 # val_before: a suite validates the untrained model by its own validate_before (bench_val_before.json)
-BENCH_DEFAULTS = ("trainer.keep_last=1", "trainer.val_before=false")
+# a suite's cells keep the probe cadence they were designed with when the main job's default changes
+BENCH_DEFAULTS = ("trainer.keep_last=1", "trainer.val_before=false", "probe.every=5")
 
 
 class SuiteError(ValueError):

@@ -47,7 +47,7 @@ def test_matrix_expands_to_the_hand_counted_cells(tmp_path):
     ]
     first = cells[0]
     # The overrides in layering order: bench default, suite, matrix, --set, seed, run directory.
-    assert first.overrides == ["trainer.keep_last=1", "trainer.val_before=false", "trainer.total_steps=2", "rollout.num_groups=3",
+    assert first.overrides == ["trainer.keep_last=1", "trainer.val_before=false", "probe.every=5", "trainer.total_steps=2", "rollout.num_groups=3",
                                "rollout.max_new_tokens=16", "optim.actor_lr=3e-5", "trainer.seed=0",
                                f"trainer.out={tmp_path / 'out'}/runs", "trainer.run_name=a--bandit--grpo--none--s0"]
     assert first.run_dir == tmp_path / "out" / "runs" / first.name
