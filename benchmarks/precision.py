@@ -7,7 +7,7 @@ In one process, alternating fp32 and bf16 so both see the same machine load:
 1. matmul 1024^2 GFLOP/s in each dtype, and what `model.dtype=auto` picks here and why;
 2. the update: forward + backward of the policy loss on rows x len tokens (bf16 = autocast
    over fp32 weights, as the trainer runs it);
-3. the rollout: batched sampling of `--new-tokens` for `--batch` Sokoban prompts (the fast backend);
+3. the rollout: batched sampling of `--new-tokens` for `--batch` Sokoban prompts (the rollout's generation session);
 4. the mismatch the RL ratio sees: mean and max |log pi_rollout - log pi_update| over the sampled
    tokens, for fp32 sampling + fp32 update, bf16 + bf16 (the policy `auto` runs), and bf16
    sampling + fp32 update (what mixing precisions would cost).
@@ -44,7 +44,7 @@ def time_update(model, rows: int, length: int) -> float:
 def sample(model, prompts, new_tokens: int):
     started = time.perf_counter()
     results = generate(model, prompts, max_new_tokens=new_tokens, temperature=1.0, top_p=1.0, stop_strings=(),
-                       generator=torch.Generator().manual_seed(0), backend="auto")
+                       generator=torch.Generator().manual_seed(0))
     return results, time.perf_counter() - started
 
 

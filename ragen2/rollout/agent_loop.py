@@ -23,7 +23,6 @@ from ragen2.rollout.batch import RolloutBatch, TrajectoryRecord
 from ragen2.rollout.chat import ChatFormat
 from ragen2.rollout.config import RolloutConfig
 from ragen2.rollout.episode import Episode, TurnRules
-from ragen2.rollout.generation import generate, use_fast_backend
 from ragen2.rollout.session import GenerationSession
 
 def eos_token_ids(model, tokenizer) -> list[int]:
@@ -50,8 +49,8 @@ def rollout(model, tokenizer, env_factory: Callable[[], object], seeds: Sequence
             generator: torch.Generator | None = None, progress=None) -> RolloutBatch:
     """Roll out len(seeds) groups of config.group_size episodes; see the module doc.
 
-    With the fast backend one GenerationSession serves every turn: each episode keeps its KV
-    cache, so turn k feeds only the tokens added since turn k-1 (the reply's last token, the
+    One GenerationSession serves every turn: each episode keeps its KV cache, so turn k feeds
+    only the tokens added since turn k-1 (the reply's last token, the
     env's reward and next state). `progress(ragen2.progress.RolloutProgress)` is called as
     tokens are sampled (ragen2.progress.LiveLine draws it).
     """
@@ -71,7 +70,7 @@ def rollout(model, tokenizer, env_factory: Callable[[], object], seeds: Sequence
     eos_ids, pad_id = eos_token_ids(model, tokenizer), pad_token_id(tokenizer)
     sampling = dict(temperature=config.temperature, top_p=config.top_p, stop_strings=config.stop_strings,
                     eos_token_ids=eos_ids, pad_token_id=pad_id, tokenizer=tokenizer, generator=generator)
-    session = GenerationSession(model, **sampling) if use_fast_backend(model, config.backend) else None
+    session = GenerationSession(model, **sampling)
     turn, sampled_before = 0, 0
 
     while True:
@@ -84,8 +83,7 @@ def rollout(model, tokenizer, env_factory: Callable[[], object], seeds: Sequence
                 continue
             live.append(episode)
             prompts.append(prompt)
-        if session is not None:  # ended episodes free their cache rows
-            session.release([e.index for e in episodes if e.done])
+        session.release([e.index for e in episodes if e.done])
         if not live:
             break
         turn += 1
@@ -95,11 +93,8 @@ def rollout(model, tokenizer, env_factory: Callable[[], object], seeds: Sequence
             progress(RolloutProgress(turn, config.max_turns, rows, starting, tokens, base + tokens,
                                      config.max_new_tokens, done, len(episodes)))
 
-        if session is not None:
-            results = session.generate([e.index for e in live], prompts, max_new_tokens=config.max_new_tokens,
-                                       on_step=on_step if progress is not None else None)
-        else:
-            results = generate(model, prompts, max_new_tokens=config.max_new_tokens, backend="hf", **sampling)
+        results = session.generate([e.index for e in live], prompts, max_new_tokens=config.max_new_tokens,
+                                   on_step=on_step if progress is not None else None)
         turn_tokens = sum(len(r.token_ids) for r in results)
         sampled_before += turn_tokens
         for episode, result in zip(live, results):

@@ -4,10 +4,11 @@
     results = session.generate(keys, prompts, max_new_tokens=96)   # turn 1
     results = session.generate(keys, longer_prompts, max_new_tokens=96)   # turn 2: appends only
 
-Each key (an episode) owns a row of a FastDecoder cache. A call compares each prompt with the
-tokens its row already holds and feeds only the rest: in a multi-turn rollout turn k no longer
-re-reads the k-1 turns before it. A prompt that diverges (window mode, a re-templated history)
-truncates the row to the common prefix, so the result is always the prompt's own forward.
+Each key (an episode) owns a row of a `KVRows` cache, which the model's own forward fills. A
+call compares each prompt with the tokens its row already holds and feeds only the rest: in a
+multi-turn rollout turn k no longer re-reads the k-1 turns before it. A prompt that diverges
+(window mode, a re-templated history) truncates the row to the common prefix, so the result
+is always the prompt's own forward.
 
 Within a call: new keys with identical prompts (a group's G copies) are prefilled once and
 their rows copied; the prefix that all new prompts share (system message, instructions) is
@@ -15,8 +16,9 @@ prefilled once too. While decoding, the live rows are rows 0..n-1 of the cache: 
 finishes swaps places with the last live row, so the next forward runs on a contiguous view
 and a finished row costs nothing more.
 
-Sampling is `generation.sample_tokens` (one uniform per row from the generator) and the stop
-rules are `generate`'s, so a seed gives the same tokens whichever path runs the model.
+Sampling is `sampling.sample_tokens` (one uniform per row from the generator, drawn in request
+order) with `sampling.StopChecker`'s stop rules, so a seed gives the same tokens whatever the
+rows' order in the cache.
 """
 
 from __future__ import annotations
@@ -26,14 +28,26 @@ from typing import Callable, Hashable, Sequence
 import torch
 
 from envs.parsing import STOP_STRINGS
-from ragen2.rollout.fast_decoder import FastDecoder
-from ragen2.rollout.generation import (
-    MIN_SHARED_PREFIX, GenerationResult, _check_args, _StopChecker, sample_tokens, shared_prefix_length,
-)
+from ragen2 import precision
+from ragen2.rollout.kv_rows import KVRows
+from ragen2.rollout.sampling import GenerationResult, StopChecker, check_args, sample_tokens
+
+# Below this many shared tokens the extra forward for the prefix costs about what it saves.
+MIN_SHARED_PREFIX = 16
 
 # Rows x new tokens per prefill forward: bounds the attention scores' memory and keeps the
 # working set in cache.
 PREFILL_TOKENS = 2048
+
+
+def shared_prefix_length(prompts) -> int:
+    """Tokens every prompt starts with, leaving each at least one token of its own (whose logits we need)."""
+    shortest = min(len(p) for p in prompts)
+    first = prompts[0]
+    for i in range(shortest - 1):
+        if any(p[i] != first[i] for p in prompts[1:]):
+            return i
+    return max(shortest - 1, 0)
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -54,40 +68,36 @@ class GenerationSession:
         self.temperature, self.top_p = temperature, top_p
         self.stop_strings, self.eos_ids = tuple(stop_strings), {int(t) for t in eos_token_ids}
         self.pad_token_id, self.tokenizer, self.generator = pad_token_id, tokenizer, generator
-        self.decoder: FastDecoder | None = None  # built on the first call (its size is known then)
-        self.slot_keys: list[Hashable | None] = []
-        self.slot_tokens: list[list[int]] = []  # what each row's cache holds
+        self.cache: KVRows | None = None  # built on the first call (its size is known then)
+        self.slot_keys: list[Hashable | None] = []  # the key each cache row belongs to
 
     # --- rows ---------------------------------------------------------------------------------
 
     def _swap(self, a: int, b: int) -> None:
         if a != b:
-            self.decoder.swap_rows(a, b)
+            self.cache.swap_rows(a, b)
             self.slot_keys[a], self.slot_keys[b] = self.slot_keys[b], self.slot_keys[a]
-            self.slot_tokens[a], self.slot_tokens[b] = self.slot_tokens[b], self.slot_tokens[a]
 
     def _grow(self, rows: int, capacity: int) -> None:
-        if self.decoder is None:
-            self.decoder = FastDecoder(self.model, rows, capacity)
+        if self.cache is None:
+            self.cache = KVRows(self.model, rows, capacity)
         else:
-            self.decoder.reserve(rows, capacity)
-        extra = self.decoder.rows - len(self.slot_keys)
-        self.slot_keys += [None] * extra
-        self.slot_tokens += [[] for _ in range(extra)]
+            self.cache.reserve(rows, capacity)
+        self.slot_keys += [None] * (self.cache.rows - len(self.slot_keys))
 
     def release(self, keys) -> None:
         """Forget these conversations (their rows become free)."""
         drop = set(keys)
         for slot, key in enumerate(self.slot_keys):
             if key in drop:
-                self.slot_keys[slot], self.slot_tokens[slot] = None, []
-                self.decoder.lengths[slot] = 0
+                self.slot_keys[slot] = None
+                self.cache.truncate(slot, 0)
 
     def _free_slot(self, beyond: int) -> int:
         for slot in range(beyond, len(self.slot_keys)):
             if self.slot_keys[slot] is None:
                 return slot
-        self._grow(len(self.slot_keys) + 1, self.decoder.capacity)
+        self._grow(len(self.slot_keys) + 1, self.cache.capacity)
         return len(self.slot_keys) - 1
 
     def _place(self, order: list[Hashable]) -> None:
@@ -108,8 +118,8 @@ class GenerationSession:
                 free = self._free_slot(len(order))
                 self._swap(i, free)
                 slot_of[held] = free
-            self.slot_keys[i], self.slot_tokens[i] = key, []
-            self.decoder.lengths[i] = 0
+            self.slot_keys[i] = key
+            self.cache.truncate(i, 0)
             slot_of[key] = i
 
     # --- one call -----------------------------------------------------------------------------
@@ -121,14 +131,17 @@ class GenerationSession:
 
         `on_step(live_rows, tokens_sampled_so_far)` is called after every decode step (progress).
         """
-        _check_args(prompts, max_new_tokens, self.temperature, self.top_p, self.stop_strings, self.tokenizer)
+        check_args(prompts, max_new_tokens, self.temperature, self.top_p, self.stop_strings, self.tokenizer)
         keys, prompts = list(keys), [[int(t) for t in p] for p in prompts]
         if len(set(keys)) != len(keys):
             raise ValueError("generate: each key may appear once per call")
         was_training = self.model.training
         self.model.eval()
         try:
-            return self._generate(keys, prompts, max_new_tokens, on_step)
+            # One autocast context for the whole call: in bf16 autocast then casts each weight once
+            # per call, not once per token (its cast cache lives until the outermost context exits).
+            with precision.autocast(self.model):
+                return self._generate(keys, prompts, max_new_tokens, on_step)
         finally:
             self.model.train(was_training)
 
@@ -147,37 +160,31 @@ class GenerationSession:
         capacity = max(len(p) for p in prompts) + max_new_tokens + 1
         self._grow(max(alive, len(order)), capacity)
         self._place([keys[i] for i in order])
-        decoder, n = self.decoder, len(order)
+        cache, n = self.cache, len(order)
 
         # What each row must be fed: old rows keep the longest prefix their cache shares with
         # the prompt (at least one token is always fed: its logits start the reply).
         feed: list[list[int]] = []
         for row, i in enumerate(order[:len(old) + len(reps)]):
-            held = self.slot_tokens[row]
+            held = cache.tokens[row]
             keep = min(_common_prefix(held, prompts[i]), len(prompts[i]) - 1)
             if keep < len(held):
-                self.slot_tokens[row] = held[:keep]
-                decoder.lengths[row] = keep
+                cache.truncate(row, keep)
             feed.append(prompts[i][keep:])
         first_rep = len(old)
-        if len(reps) > 1:  # the prefix every new prompt shares: prefilled once, copied
+        if len(reps) > 1 and cache.cached:  # the prefix every new prompt shares: prefilled once, copied
             shared = shared_prefix_length([prompts[i] for i in reps])
             if shared >= MIN_SHARED_PREFIX:
                 self._forward_rows(first_rep, [prompts[reps[0]][:shared]])
-                decoder.copy_rows([first_rep] * (len(reps) - 1), list(range(first_rep + 1, first_rep + len(reps))),
-                                  length=shared)
+                cache.copy_rows([first_rep] * (len(reps) - 1), list(range(first_rep + 1, first_rep + len(reps))),
+                                length=shared)
                 for r in range(first_rep, first_rep + len(reps)):
-                    self.slot_tokens[r] = list(prompts[reps[0]][:shared])
                     feed[r] = feed[r][shared:]
         logits = self._forward_rows(0, feed)
-        for row, tokens in enumerate(feed):
-            self.slot_tokens[row] = self.slot_tokens[row] + tokens
         if copies:
             sources = [first_rep + reps.index(rep_of[tuple(prompts[i])]) for i in copies]
             targets = list(range(len(old) + len(reps), n))
-            decoder.copy_rows(sources, targets)
-            for s, t in zip(sources, targets):
-                self.slot_tokens[t] = list(self.slot_tokens[s])
+            cache.copy_rows(sources, targets)
             logits = torch.cat([logits, logits[torch.tensor(sources)]])
         return self._decode(order, logits, max_new_tokens, on_step)
 
@@ -196,19 +203,18 @@ class GenerationSession:
             ids = torch.full((count, width), self.pad_token_id, dtype=torch.long)
             for r, tokens in enumerate(chunk):
                 ids[r, :len(tokens)] = torch.tensor(tokens, dtype=torch.long)
-            out.append(self.decoder.forward(ids, [len(t) for t in chunk], first=first + row))
+            out.append(self.cache.forward(ids, [len(t) for t in chunk], first=first + row))
             row += count
         return torch.cat(out)
 
     def _decode(self, order, logits, max_new_tokens, on_step) -> list[GenerationResult]:
-        decoder = self.decoder
         results = [GenerationResult(token_ids=[], logprobs=[]) for _ in order]  # by request index
         rows = list(order)  # row -> request index; rows[:live] are still sampling
         live, sampled = len(rows), 0
-        stop = _StopChecker(self.tokenizer, self.stop_strings)
+        stop = StopChecker(self.tokenizer, self.stop_strings)
         for step in range(max_new_tokens):
-            # Draw in request order (as `generate`'s hf loop does), not in row order, which swaps
-            # shuffle: the same seed then gives the same tokens on either backend.
+            # Draw in request order, not in row order, which swaps shuffle: the same seed then
+            # gives the same tokens however the rows were placed.
             by_request = sorted(range(live), key=rows.__getitem__)
             identity = by_request == list(range(live))
             picked = logits if identity else logits[torch.tensor(by_request)]
@@ -241,8 +247,5 @@ class GenerationSession:
                 on_step(live, sampled)
             if live == 0:
                 break
-            feed = token_list[:live]
-            logits = decoder.forward(torch.tensor(feed, dtype=torch.long)[:, None])
-            for row, token in enumerate(feed):
-                self.slot_tokens[row].append(token)
+            logits = self.cache.forward(torch.tensor(token_list[:live], dtype=torch.long)[:, None])
         return results

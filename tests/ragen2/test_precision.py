@@ -133,22 +133,20 @@ def test_bf16_policy_keeps_fp32_weights_logprobs_values_and_optimizer_state(tok)
     assert state["exp_avg"].dtype == torch.float32 and state["exp_avg_sq"].dtype == torch.float32
 
 
-@pytest.mark.parametrize("backend", ["fast", "hf"])
-def test_bf16_sampling_logprobs_match_the_bf16_teacher_forced_ones(tok, backend):
+def test_bf16_sampling_logprobs_match_the_bf16_teacher_forced_ones(tok):
     """Sampling and the update compute in the same precision, so they agree to bf16 rounding
     (an fp32 sampler against a bf16 update would differ by the whole bf16 error, every step)."""
     policy_bf16 = bf16_copy(tiny_llama(tok, seed=1))
     prompts = [tok.encode(text, add_special_tokens=False) for text in ("Turn 1:\nState:\n#_P", "a b c d")]
     results = generate(policy_bf16, prompts, max_new_tokens=12, temperature=1.0, eos_token_ids=[tok.eos_token_id],
-                       pad_token_id=tok.pad_token_id, tokenizer=tok, generator=torch.Generator().manual_seed(0),
-                       backend=backend)
+                       pad_token_id=tok.pad_token_id, tokenizer=tok, generator=torch.Generator().manual_seed(0))
     for prompt, result in zip(prompts, results):
         ids = torch.tensor([prompt + result.token_ids])
         response = torch.zeros_like(ids)
         response[:, len(prompt):] = 1
         forced, _ = learner.policy_log_probs(policy_bf16, ids, torch.ones_like(ids), response)
         gap = (forced[0, len(prompt):] - torch.tensor(result.logprobs)).abs()
-        assert float(gap.max()) < 0.05, backend
+        assert float(gap.max()) < 0.05
 
 
 def test_fp32_models_run_without_autocast(tok):
