@@ -41,7 +41,6 @@ import torch
 
 import snr
 from ragen2.engines.local import trainer
-from ragen2.algos.estimators import compute_advantages
 from ragen2.bench.machine import machine_info
 from ragen2.config import load_config
 from ragen2.engines.local import learner
@@ -93,38 +92,29 @@ def capture_rollouts() -> list:
 
 
 def update_inputs(run, batch):
-    """Old log-probs (timed), values and advantages of a (filtered) batch, as trainer.update_on builds them."""
-    cfg, models = run.cfg, run.models
-    micro = cfg.optim.micro_batch_size
-    ids, attn, mask = batch.input_ids, batch.attention_mask, batch.response_mask
-    started = time.perf_counter()
-    old = learner.batched(lambda i, a, m: learner.policy_log_probs(models.policy, i, a, m, cfg.rollout.temperature)[0],
-                        micro, ids, attn, mask)
-    old_seconds = time.perf_counter() - started
-    ref = None
-    if models.reference is not None:
-        ref = learner.batched(lambda i, a, m: learner.policy_log_probs(models.reference, i, a, m,
-                                                                   cfg.rollout.temperature)[0], micro, ids, attn, mask)
-    values = (learner.batched(lambda i, a: learner.critic_values(models.critic, i, a), micro, ids, attn)
-              if models.critic is not None else None)
-    advantages, returns = compute_advantages(cfg.algo, batch, values, old, ref)
-    return learner.UpdateInputs(ids, attn, mask, old, advantages, ref, values, returns), old_seconds
+    """The update's inputs of a (filtered) batch (learner.update_inputs, as trainer.update_on
+    builds them, old log-probs included) and the seconds its old log-probs took."""
+    timer = trainer.Timer()
+    data = learner.update_inputs(run.services.models, batch, run.cfg, timer=timer)
+    return data, timer.seconds["old_log_probs"]
 
 
-def restore(run, saved: dict) -> None:
-    """Same weights, fresh optimisers: every timed update starts from the same state."""
-    run.models.policy.load_state_dict(saved["policy"])
-    if run.models.critic is not None:
-        run.models.critic.load_state_dict(saved["critic"])
-    run.optimizers = learner.build_optimizers(run.models, run.cfg)
+def restore(run, saved: dict) -> learner.Optimizers:
+    """Same weights, fresh optimisers (returned): every timed update starts from the same state."""
+    models = run.services.models
+    models.policy.load_state_dict(saved["policy"])
+    if models.critic is not None:
+        models.critic.load_state_dict(saved["critic"])
+    return learner.build_optimizers(models, run.cfg)
 
 
 def time_update_vs_kept(run, batch, repeats: int) -> dict:
     rewards = trainer.group_rewards(batch)
     num_groups = rewards.shape[0]
-    saved = {"policy": copy.deepcopy(run.models.policy.state_dict())}
-    if run.models.critic is not None:
-        saved["critic"] = copy.deepcopy(run.models.critic.state_dict())
+    models = run.services.models
+    saved = {"policy": copy.deepcopy(models.policy.state_dict())}
+    if models.critic is not None:
+        saved["critic"] = copy.deepcopy(models.critic.state_dict())
     subsets = {}
     for k in range(1, num_groups + 1):
         # top_k_abs on the variance with a stable sort: kept sets for k = 1..P are nested.
@@ -133,15 +123,15 @@ def time_update_vs_kept(run, batch, repeats: int) -> dict:
         subsets[k] = (selection.kept.tolist(), batch.select_groups(selection.kept))
     timings = {k: {"update_s": [], "old_log_probs_s": []} for k in subsets}
     order_rng = torch.Generator().manual_seed(1)
-    restore(run, saved)  # warm-up: first-call allocations are not charged to any k
+    optimizers = restore(run, saved)  # warm-up: first-call allocations are not charged to any k
     data, _ = update_inputs(run, subsets[1][1])
-    learner.ppo_update(run.models, run.optimizers, data, run.cfg, torch.Generator().manual_seed(0))
+    learner.ppo_update(models, optimizers, data, run.cfg, torch.Generator().manual_seed(0))
     for _ in range(repeats):
         for k in [list(subsets)[i] for i in torch.randperm(len(subsets), generator=order_rng).tolist()]:
-            restore(run, saved)
+            optimizers = restore(run, saved)
             data, old_seconds = update_inputs(run, subsets[k][1])
             started = time.perf_counter()
-            learner.ppo_update(run.models, run.optimizers, data, run.cfg, torch.Generator().manual_seed(0))
+            learner.ppo_update(models, optimizers, data, run.cfg, torch.Generator().manual_seed(0))
             timings[k]["update_s"].append(time.perf_counter() - started)
             timings[k]["old_log_probs_s"].append(old_seconds)
     restore(run, saved)
@@ -202,9 +192,9 @@ def main() -> None:
     selection = time_selection(args.select_calls, (cfg.rollout.num_groups, cfg.rollout.group_size))
     run = trainer.setup(cfg, Path(tempfile.mkdtemp(prefix="filter-overhead-")), quiet=True)
     batches = capture_rollouts()
-    warmup = trainer.train_step(run)
-    run.step += 1
-    step = trainer.train_step(run)
+    warmup = trainer.train_step(run).metrics
+    run.state.step += 1
+    step = trainer.train_step(run).metrics
     step_s, batch = step["time/step_s"], batches[-1]
 
     worst = max(r["seconds_per_call"] for r in selection if r["shape"] == [cfg.rollout.num_groups,

@@ -63,7 +63,7 @@ def main() -> int:
         "probe.every=0", "trainer.total_steps=1", "model.device=cpu"])
     with tempfile.TemporaryDirectory() as folder:
         run, load_s = timed(trainer.setup, cfg, Path(folder) / "run", quiet=True)
-        policy, tokenizer = run.models.policy, run.models.tokenizer
+        policy, tokenizer = run.services.models.policy, run.services.models.tokenizer
 
         # 3. a real training step (probe off), keeping the batch it rolled out for the probe
         rolled_out = []
@@ -73,7 +73,8 @@ def main() -> int:
             return rolled_out[-1]
 
         trainer_rollout, trainer.rollout = trainer.rollout, rollout_and_keep
-        step_metrics, step_s = timed(trainer.train_step, run)
+        step_result, step_s = timed(trainer.train_step, run)
+        step_metrics = step_result.metrics
         trainer.rollout = trainer_rollout
         batch = rolled_out[0]
         probe = probe_lib.Probe(ProbeSection(every=1, mode=args.mode, num_samples=args.num_samples), tokenizer)

@@ -43,7 +43,6 @@ from envs.prompt import first_turn_messages
 from ragen2 import models as model_lib
 from ragen2 import seeding
 from ragen2.engines.local import trainer
-from ragen2.algos.estimators import compute_advantages
 from ragen2.bench.machine import machine_info
 from ragen2.config import load_config
 from ragen2.engines.local import learner
@@ -100,17 +99,14 @@ def parameter_counts(policy) -> tuple[int, int]:
 
 
 def timed_update(run, batch, counter) -> tuple[float, dict]:
-    """Old log-probs (untimed) then one timed `ppo_update`, as trainer.update_on runs it."""
-    cfg, models = run.cfg, run.models
-    ids, attn, mask = batch.input_ids, batch.attention_mask, batch.response_mask
-    old = learner.batched(lambda i, a, m: learner.policy_log_probs(models.policy, i, a, m, cfg.rollout.temperature)[0],
-                        cfg.optim.micro_batch_size, ids, attn, mask)
-    advantages, _ = compute_advantages(cfg.algo, batch, None, old, None)
-    data = learner.UpdateInputs(ids, attn, mask, old, advantages)
+    """The update's inputs (learner.update_inputs, untimed) then one timed `ppo_update`, as
+    trainer.update_on runs them."""
+    cfg, models = run.cfg, run.services.models
+    data = learner.update_inputs(models, batch, cfg)
     counter.reset()
     counter.enabled = True
     started = time.perf_counter()
-    learner.ppo_update(models, run.optimizers, data, cfg, run.generator)
+    learner.ppo_update(models, run.services.optimizers, data, cfg, run.state.generator)
     seconds = time.perf_counter() - started
     counter.enabled = False
     return seconds, {"fed_tokens": counter.fed_tokens, "real_tokens": counter.real_tokens,
@@ -200,9 +196,9 @@ def main() -> None:
         run = trainer.setup(cfg, Path(run_dir), quiet=True, models=models)
         if "train_step" not in args.skip:
             trainer.train_step(run)  # warm-up: first-call costs (allocator, MKL) stay out of the numbers
-            run.step += 1
-            metrics = trainer.train_step(run)
-            run.step += 1
+            run.state.step += 1
+            metrics = trainer.train_step(run).metrics
+            run.state.step += 1
             log(f"train step: {metrics['time/step_s']:.1f} s")
             report["train_step"] = {k.removeprefix("time/"): v for k, v in metrics.items() if k.startswith("time/")}
             report["train_step"]["update_tokens_per_s"] = round(metrics.get("throughput/update_tokens_per_s", 0), 1)
@@ -210,7 +206,7 @@ def main() -> None:
         peaks["after_train_step"] = matmul_flops()
         if "update" not in args.skip:
             batch = rollout(models.policy, tokenizer, trainer.env_factory(cfg), seeding.step_seeds(cfg, 99),
-                            cfg.rollout, run.generator)
+                            cfg.rollout, run.state.generator)
             runs = []
             for _ in range(args.repeats):
                 runs.append(timed_update(run, batch, counter))
@@ -220,7 +216,7 @@ def main() -> None:
                                 "rows": len(batch), "padded_width": batch.input_ids.shape[1],
                                 "response_tokens": batch.num_response_tokens, **counts}
         peaks["after_update"] = matmul_flops()
-        run.log.close()
+        run.services.log.close()
     if "generation" not in args.skip:
         report["generation"] = bench_generation(models.policy, tokenizer, args)
         peaks["end"] = matmul_flops()

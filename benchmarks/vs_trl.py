@@ -198,9 +198,9 @@ def main() -> dict:
 
         def ours_step() -> dict:
             started = time.perf_counter()
-            metrics = trainer.train_step(run)
+            metrics = trainer.train_step(run).metrics
             seconds = time.perf_counter() - started
-            run.step += 1
+            run.state.step += 1
             phases = {k.removeprefix("time/"): v for k, v in metrics.items()
                       if k.startswith("time/") and k != "time/step_s"}
             return {"step_s": seconds, **phases, "reward_mean": metrics["rollout/reward_mean"]}
@@ -210,7 +210,7 @@ def main() -> dict:
         callback = make_alternating_callback(ours_step)
         trl = build_trl(cfg, args, str(Path(tmp) / "trl"), seeds, callback, trl_lengths)
         trl.train()
-        run.log.close()
+        run.services.log.close()
 
     expected = steps * GROUPS * GROUP_SIZE
     for side, lengths in (("ragen2", ours_lengths), ("trl", trl_lengths)):

@@ -51,7 +51,7 @@ def record_arms(run_dir: Path, run: trainer.Run):
         trajs = batch.trajectories
         invalid = sum(1 for t in trajs if not t.success and math.isclose(t.reward, FORMAT_PENALTY))
         safe = sum(1 for t in trajs if not t.success and math.isclose(t.reward, SAFE_PAYOFF))
-        line = {"step": run.step, "n": len(trajs), "high_risk": sum(t.success for t in trajs), "safe": safe,
+        line = {"step": run.state.step, "n": len(trajs), "high_risk": sum(t.success for t in trajs), "safe": safe,
                 "invalid": invalid}
         with (run_dir / ARMS_FILE).open("a") as f:
             f.write(json.dumps(line) + "\n")

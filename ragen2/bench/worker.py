@@ -80,7 +80,7 @@ def run_cell(run_dir: Path, engine: str = "local", quiet: bool = False, cluster:
 
     run = trainer.setup(cfg, run_dir, resume=True, quiet=quiet)
     before = run_dir / VAL_BEFORE_FILE
-    if validate_before and run.step == 0 and not before.is_file():
+    if validate_before and run.state.step == 0 and not before.is_file():
         # its own sampling generator: validating first leaves the training run as it would have been
         before.write_text(json.dumps(trainer.validate(run), indent=1))
     return trainer.train(run)

@@ -26,8 +26,8 @@ are not finite (a NaN from the model) are dropped and counted (`probe/num_nonfin
 and columns left without a row go with them: a NaN in a diagnostic never ends a run.
 
 CollapseWatch: each step's logged series go to `mi_probe.CollapseDetector`; its alerts
-become `alert` events in the run directory (and a printed line), and stop the run when
-`probe.stop_on_collapse` / `probe.stop_on_early_warning` say so.
+become `alert` events in the run directory (and a printed line); the alert that
+`probe.stop_on_collapse` / `probe.stop_on_early_warning` name is handed to the trainer's stoppers.
 """
 
 from __future__ import annotations
@@ -217,8 +217,10 @@ class CollapseWatch:
         self.total_steps = total_steps  # the run's length, to flag alerts on runs too short to judge
         self.detector = mi_probe.CollapseDetector(cfg.collapse)
 
-    def observe(self, step: int, metrics: dict, log=None) -> dict:
-        """Feed one step's metrics; log each alert; return `alert/...` metrics (+ `stop_reason`)."""
+    def observe(self, step: int, metrics: dict, log=None) -> tuple[dict, mi_probe.Alert | None]:
+        """Feed one step's metrics; log each alert. Returns the `alert/...` metrics and the alert
+        that asks to stop the run (probe.stop_on_collapse / stop_on_early_warning), or None: the
+        trainer's stoppers decide whether the run stops on it (engines/local/stoppers)."""
         alerts = self.detector.update(step, **series_values(metrics))
         out: dict = {}
         for alert in alerts:
@@ -228,12 +230,7 @@ class CollapseWatch:
                           step=step, numbers=alert.numbers)
         stopping = [a for a in alerts if (a.kind == "template_collapse" and self.cfg.stop_on_collapse)
                     or (a.kind in EARLY_WARNINGS and self.cfg.stop_on_early_warning)]
-        if stopping:
-            out["stop_reason"] = stopping[0].kind
-            if log is not None:
-                log.event("stop", reason=stopping[0].kind, message=f"stopping the run: {stopping[0].message}",
-                          step=step)
-        return out
+        return out, (stopping[0] if stopping else None)
 
     def state_dict(self) -> dict:
         return self.detector.state_dict()

@@ -1,8 +1,9 @@
 """The training loop of the local engine: StarPO rollouts → SNR filter → PPO/GRPO update.
 
 `train_step` is the data flow of one training step (rollout, probe, filter, old/ref log-probs and
-values, advantages, update), one call per line; `train` wraps
-it with seeding, validation, checkpoints and logging.
+values, advantages, update), one call per line, returning a `StepResult`; `train` wraps it with
+seeding, validation, checkpoints, logging and the stoppers (engines/local/stoppers). A run is its
+checkpointed `RunState` and its `RunServices` (engines/local/run).
 """
 
 from __future__ import annotations
@@ -13,22 +14,22 @@ import math
 import sys
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-import envs
 import snr
-from ragen2.engines.local import checkpoint as ckpt
-from ragen2.instruments import completions
-from ragen2.instruments import grad_decomp
 from ragen2 import precision
-from ragen2.instruments import probe as probe_lib
 from ragen2.algos import losses
 from ragen2.config import Config
-from ragen2.engines.local import learner
+from ragen2.engines.local import checkpoint as ckpt
+from ragen2.engines.local import grad_decomp, learner
 from ragen2.engines.local.interrupts import Interrupts, StepAbandoned, restore_rng, rng_snapshot
+from ragen2.engines.local.run import Run, RunServices, RunState, env_factory
+from ragen2.engines.local.stoppers import Stop, StepResult, first_stop
+from ragen2.engines.local.stoppers import interrupted as interrupt_stop
+from ragen2.instruments import completions
+from ragen2.instruments import probe as probe_lib
 from ragen2.progress import LiveLine
 from ragen2.rollout import RolloutBatch, evaluate, rollout
 from ragen2.rollout.batch import adjusted_rows, ragen_size_divisor
@@ -37,25 +38,8 @@ from ragen2.run_dir import (DirectoryGuard, RunDirectoryGone, RunLog, checkpoint
 from ragen2.run_dir import summary as run_summary
 from ragen2.seeding import step_seeds, validation_sampling_seed, validation_seeds
 
-
-@dataclass
-class Run:
-    cfg: Config
-    run_dir: Path
-    models: learner.Models
-    optimizers: learner.Optimizers
-    generator: torch.Generator
-    stop_policy: snr.StopPolicy
-    probe: probe_lib.Probe
-    log: RunLog
-    watch: probe_lib.CollapseWatch  # collapse alerts over the logged series
-    step: int = 0
-    nonfinite_skips: int = 0
-    summary: dict = field(default_factory=dict)
-    interrupts: Interrupts = field(default_factory=Interrupts)
-    live: LiveLine = field(default_factory=LiveLine)  # the live progress line (off unless a terminal)
-    completions: list = field(default_factory=list)  # this step's recorded trajectories (ragen2.instruments.completions)
-    dir_guard: DirectoryGuard | None = None  # stops the run if run_dir is removed or replaced under it
+__all__ = ["Run", "RunServices", "RunState", "ResumeError", "StepResult", "env_factory", "setup", "train",
+           "train_step", "validate"]
 
 
 class Timer:
@@ -72,33 +56,29 @@ class Timer:
         return {f"time/{phase}_s": round(seconds, 4) for phase, seconds in self.seconds.items()}
 
 
-def env_factory(cfg: Config, name: str | None = None):
-    entry = envs.spec(name or cfg.env.name)
-    env_config = entry.make_config(**(cfg.env.overrides if name is None else {}))
-    return lambda: entry.env_cls(env_config)
-
-
 def group_rewards(batch: RolloutBatch) -> torch.Tensor:
     """[P, G] trajectory rewards, group-major, for the filter."""
     return batch.reward_matrix()
 
 
-def train_step(run: Run) -> dict:
-    """One step: rollout, probe, filter, old/ref log-probs and values, advantages, update."""
-    cfg, models, timer = run.cfg, run.models, Timer()
+def train_step(run: Run) -> StepResult:
+    """One step: rollout, probe, filter, old/ref log-probs and values, advantages, update; then
+    the collapse watch, and the stoppers' decision so far (validation may add one)."""
+    cfg, state, services, timer = run.cfg, run.state, run.services, Timer()
+    models = services.models
     step_started = time.perf_counter()
-    with timer("rollout"), run.interrupts.abandonable():  # only the sampling RNG moves: safe to drop
-        batch = rollout(models.policy, models.tokenizer, env_factory(cfg), step_seeds(cfg, run.step),
-                        cfg.rollout, run.generator, progress=run.live.rollout("rollout"))
+    with timer("rollout"), services.interrupts.abandonable():  # only the sampling RNG moves: safe to drop
+        batch = rollout(models.policy, models.tokenizer, services.make_env, step_seeds(cfg, state.step),
+                        cfg.rollout, state.generator, progress=services.live.rollout("rollout"))
     metrics = batch.metrics()
-    metrics.update(run.probe.maybe_run(run.step, models.policy, batch))  # timed on its own
-    metrics.update(grad_decomp.maybe_decompose_prefilter(run, batch))  # probe.grad_prefilter: before the filter
+    metrics.update(state.probe.maybe_run(state.step, models.policy, batch))  # timed on its own
+    metrics.update(decompose_prefilter(run, batch))  # probe.grad_prefilter: before the filter
     with timer("filter"):
         selection = snr.select_groups(group_rewards(batch), cfg.filter)
     metrics.update(selection.metrics)
-    run.completions = completions.pick(batch, cfg.trainer.log_completions, selection.kept.tolist())  # no RNG
-    decision = run.stop_policy.observe(selection)
-    metrics.update(run.stop_policy.metrics())
+    recorded = completions.pick(batch, cfg.trainer.log_completions, selection.kept.tolist())  # no RNG
+    filter_decision = state.stop_policy.observe(selection)
+    metrics.update(state.stop_policy.metrics())
     metrics["update/tokens"] = metrics["update/optimizer_steps"] = 0.0  # a skipped step spends none
     if not selection.skip:
         kept = adjust_rows(run, batch.select_groups(selection.kept), batch.input_ids.shape[0])
@@ -110,11 +90,21 @@ def train_step(run: Run) -> dict:
     # The whole step, probe and gradient decomposition included (the loop adds validation).
     metrics["time/step_s"] = round(time.perf_counter() - step_started, 4)
     metrics["throughput/rollout_tokens_per_s"] = batch.num_response_tokens / max(timer.seconds["rollout"], 1e-9)
-    metrics.update(run.watch.observe(run.step, metrics, run.log))  # alerts -> events (+ stop_reason if configured)
-    if decision.stop:
-        metrics["stop_reason"] = decision.reason
-        run.log.event("stop", reason=decision.reason, message=decision.message, step=run.step)
-    return metrics
+    alerts, collapse_alert = state.watch.observe(state.step, metrics, services.log)  # alerts -> events
+    metrics.update(alerts)
+    result = StepResult(metrics, recorded, filter_decision, collapse_alert)
+    result.stop = first_stop(run, result)
+    return result
+
+
+def decompose_prefilter(run: Run, batch: RolloutBatch) -> dict:
+    """probe.grad_prefilter, on decomposition steps: `grad_prefilter/...` of the batch before the
+    filter (RAGEN-2's `gradient_analysis_log_prefilter`), skipped steps too, on its own update inputs."""
+    cfg, models = run.cfg, run.services.models
+    if not (cfg.probe.grad_prefilter and grad_decomp.due(cfg, run.state.step)):
+        return {}
+    data = learner.update_inputs(models, batch, cfg)
+    return grad_decomp.maybe_decompose(models, cfg, run.state.step, batch, data, prefix="grad_prefilter")
 
 
 def update_budget(cfg: Config, batch: RolloutBatch, metrics: dict) -> dict:
@@ -132,7 +122,7 @@ def adjust_rows(run: Run, kept: RolloutBatch, rollout_rows: int) -> RolloutBatch
     configs never have one, and padding to it would multiply the batch, so it counts as the rollout."""
     cfg = run.cfg
     divisor = ragen_size_divisor(cfg.rollout.num_groups, min(cfg.optim.mini_batch_size, rollout_rows))
-    order = adjusted_rows(kept.input_ids.shape[0], divisor, cfg.optim.batch_adjust, run.generator)
+    order = adjusted_rows(kept.input_ids.shape[0], divisor, cfg.optim.batch_adjust, run.state.generator)
     return kept if order == list(range(kept.input_ids.shape[0])) else kept.take_rows(order)
 
 
@@ -141,8 +131,8 @@ def needs_old_log_probs(run: Run, rows: int) -> bool:
     the old log-probs (ratio exactly 1), and the separate pass would be wasted work. Still needed
     for a KL-in-reward penalty (it enters the advantages) and for a gradient decomposition."""
     cfg = run.cfg
-    kl_in_reward = run.models.reference is not None and cfg.algo.kl_mode == "reward"
-    if kl_in_reward or grad_decomp.due(cfg, run.step):
+    kl_in_reward = run.services.models.reference is not None and cfg.algo.kl_mode == "reward"
+    if kl_in_reward or grad_decomp.due(cfg, run.state.step):
         return True
     # critic warm-up: no policy loss, so no ratio to take
     return trains_actor(run) and not learner.reuses_current_log_probs(cfg.optim, rows)
@@ -150,21 +140,22 @@ def needs_old_log_probs(run: Run, rows: int) -> bool:
 
 def trains_actor(run: Run) -> bool:
     """False during the critic warm-up: the first `optim.critic_warmup_steps` steps (skipped ones count)."""
-    return run.step >= run.cfg.optim.critic_warmup_steps
+    return run.state.step >= run.cfg.optim.critic_warmup_steps
 
 
 def update_on(run: Run, batch: RolloutBatch, selection, timer: Timer) -> dict:
-    cfg, models = run.cfg, run.models
+    cfg, state, models = run.cfg, run.state, run.services.models
     batch = batch.to(models.device)
     mask = batch.response_mask
+    # the one builder of the update's inputs; the decomposition takes the same ones
     data = learner.update_inputs(models, batch, cfg, needs_old_log_probs(run, batch.input_ids.shape[0]), timer)
     old, ref = data.old_log_probs, data.ref_log_probs
-    decomposition = grad_decomp.maybe_decompose(run, batch, data)  # diagnostic, timed apart (grad/time_s)
+    decomposition = grad_decomp.maybe_decompose(models, cfg, state.step, batch, data)  # timed apart (grad/time_s)
     scale = snr.kept_fraction_scale(selection.kept_fraction, cfg.algo.filter_loss_scaling)
     train_actor = trains_actor(run)
     with timer("update"):
-        metrics = learner.ppo_update(models, run.optimizers, data, cfg, run.generator, loss_scale=scale,
-                                   train_actor=train_actor, on_micro_batch=run.live.update())
+        metrics = learner.ppo_update(models, run.services.optimizers, data, cfg, state.generator, loss_scale=scale,
+                                     train_actor=train_actor, on_micro_batch=run.services.live.update())
     metrics["actor/frozen_for_critic_warmup"] = float(not train_actor)
     tokens = batch.num_tokens * cfg.optim.ppo_epochs
     metrics["throughput/update_tokens_per_s"] = tokens / max(timer.seconds["update"], 1e-9)
@@ -175,8 +166,8 @@ def update_on(run: Run, batch: RolloutBatch, selection, timer: Timer) -> dict:
         metrics["update/kl_to_ref"] = float(losses.kl_loss(old, ref, mask, cfg.algo.kl_estimator))
     else:  # on-policy: the update's first forward is the rollout policy, its KL term is this
         metrics["update/kl_to_ref"] = metrics.get("actor/kl_loss", 0.0)
-    run.nonfinite_skips += int(metrics["actor/nonfinite_skipped_minibatches"])
-    metrics["actor/nonfinite_skips_total"] = float(run.nonfinite_skips)
+    state.nonfinite_skips += int(metrics["actor/nonfinite_skipped_minibatches"])
+    metrics["actor/nonfinite_skips_total"] = float(state.nonfinite_skips)
     return metrics
 
 
@@ -184,33 +175,27 @@ def validate(run: Run) -> dict:
     cfg = run.cfg
     started = time.perf_counter()
     generator = torch.Generator().manual_seed(validation_sampling_seed(cfg))
-    metrics = evaluate(run.models.policy, run.models.tokenizer, env_factory(cfg, cfg.env.val_name),
-                       validation_seeds(cfg), dataclasses.replace(cfg.rollout, temperature=cfg.trainer.val_temperature),
-                       generator,
-                       progress=run.live.rollout("validation"))
+    models = run.services.models
+    metrics = evaluate(models.policy, models.tokenizer, run.services.make_val_env, validation_seeds(cfg),
+                       dataclasses.replace(cfg.rollout, temperature=cfg.trainer.val_temperature), generator,
+                       progress=run.services.live.rollout("validation"))
     metrics["time/validation_s"] = round(time.perf_counter() - started, 4)
     return metrics
 
 
-def _state(run: Run) -> dict:
-    return {"stop_policy": run.stop_policy.state_dict(), "probe": run.probe.state_dict(),
-            "collapse_detector": run.watch.state_dict(), "nonfinite_skips": run.nonfinite_skips,
-            "num_threads": torch.get_num_threads()}
-
-
 def check_run_dir(run: Run) -> None:
     """Stop before writing into a directory that is no longer this run's (run_dir.DirectoryGuard)."""
-    if run.dir_guard is not None:
-        run.dir_guard.check(run.step)
+    run.services.dir_guard.check(run.state.step)
 
 
 def save(run: Run) -> None:
     check_run_dir(run)
-    path = ckpt.save_checkpoint(run.run_dir, run.step, run.models, run.optimizers, run.generator,
-                                _state(run), run.cfg.trainer.keep_last,
+    state, services = run.state, run.services
+    path = ckpt.save_checkpoint(run.run_dir, state.step, services.models, services.optimizers, state.generator,
+                                state.to_json(), run.cfg.trainer.keep_last,
                                 save_optimizer=run.cfg.trainer.save_optimizer,
-                                report=lambda line: run.log.event("checkpoint_size", message=line))
-    run.log.event("checkpoint", path=str(path), step=run.step)
+                                report=lambda line: services.log.event("checkpoint_size", message=line))
+    services.log.event("checkpoint", path=str(path), step=state.step)
 
 
 class ResumeError(RuntimeError):
@@ -251,143 +236,146 @@ def setup(cfg: Config, run_dir: Path, resume: bool = False, quiet: bool = False,
     elif cfg.model.dtype == "auto":  # models built by the caller: record what they compute in
         cfg.model.dtype = str(precision.compute_dtype(models.policy)).removeprefix("torch.")
     optimizers = learner.build_optimizers(models, cfg)
-    generator = torch.Generator().manual_seed(cfg.trainer.seed)
-    run = Run(cfg, run_dir, models, optimizers, generator, snr.StopPolicy(cfg.stop),
-              probe_lib.Probe(cfg.probe, models.tokenizer), log=None,  # type: ignore[arg-type]
-              watch=probe_lib.CollapseWatch(cfg.probe, cfg.trainer.total_steps), interrupts=Interrupts(quiet=quiet),
-              live=LiveLine(enabled=LiveLine.wanted(quiet)))
-    resume_step, latest = 0, None
+    state = RunState.fresh(cfg, models.tokenizer)
+    latest = None
     if resume and ckpt.complete_checkpoints(run_dir):
-        loaded = ckpt.load_latest(run_dir, models, optimizers, generator, warn)
-        if loaded is None:
-            raise ResumeError(f"{run_dir}: every checkpoint is damaged; nothing to resume from")
-        latest, state = loaded
-        run.step = resume_step = state["step"]
-        run.stop_policy.load_state_dict(state["stop_policy"])
-        run.probe.load_state_dict(state["probe"])
-        if "collapse_detector" in state:  # absent in checkpoints written before the detector was wired
-            run.watch.load_state_dict(state["collapse_detector"])
-        run.nonfinite_skips = state["nonfinite_skips"]
-        recorded = state.get("num_threads")
-        if recorded is not None and recorded != cfg.trainer.num_threads:
-            warn(f"warning: the checkpoint was written with {recorded} torch threads, this run uses "
-                 f"{cfg.trainer.num_threads}: steps from here will not repeat an uninterrupted run bit for bit")
+        latest = restore(run_dir, models, optimizers, state, cfg, warn)
+    make_env, make_val_env = env_factory(cfg), env_factory(cfg, cfg.env.val_name)
     run_dir.mkdir(parents=True, exist_ok=True)
     write_config(run_dir, cfg)
-    run.dir_guard = DirectoryGuard(run_dir)
-    run.log = RunLog(run_dir, cfg.trainer.total_steps, json.loads(cfg.model_dump_json()),
-                     resume_step=resume_step, use_wandb=cfg.trainer.wandb,
-                     use_tensorboard=cfg.trainer.tensorboard, quiet=quiet,
-                     print_completions=cfg.trainer.print_completions)
+    dir_guard = DirectoryGuard(run_dir)
+    log = RunLog(run_dir, cfg.trainer.total_steps, json.loads(cfg.model_dump_json()), resume_step=state.step,
+                 use_wandb=cfg.trainer.wandb, use_tensorboard=cfg.trainer.tensorboard, quiet=quiet,
+                 print_completions=cfg.trainer.print_completions)
+    services = RunServices(models, optimizers, make_env, make_val_env, log, dir_guard, Interrupts(quiet=quiet),
+                           LiveLine(enabled=LiveLine.wanted(quiet)))
     for choice in choices:
-        run.log.event("precision", message=choice.describe(), dtype=choice.dtype)
+        log.event("precision", message=choice.describe(), dtype=choice.dtype)
     if segment_note:
-        run.log.event("probe_segment", message=segment_note, segment=cfg.probe.segment)
+        log.event("probe_segment", message=segment_note, segment=cfg.probe.segment)
     if latest is not None:
-        run.log.event("resume", message=f"resumed from {latest} at step {resume_step}", step=resume_step)
-    return run
+        log.event("resume", message=f"resumed from {latest} at step {state.step}", step=state.step)
+    return Run(cfg, run_dir, state, services)
+
+
+def restore(run_dir: Path, models: learner.Models, optimizers: learner.Optimizers, state: RunState,
+            cfg: Config, warn) -> Path:
+    """Load the newest checkpoint that loads into the models, optimisers and `state`; its path."""
+    loaded = ckpt.load_latest(run_dir, models, optimizers, state.generator, warn)
+    if loaded is None:
+        raise ResumeError(f"{run_dir}: every checkpoint is damaged; nothing to resume from")
+    latest, saved = loaded
+    state.load_json(saved)
+    recorded = saved.get("num_threads")
+    if recorded is not None and recorded != cfg.trainer.num_threads:
+        warn(f"warning: the checkpoint was written with {recorded} torch threads, this run uses "
+             f"{cfg.trainer.num_threads}: steps from here will not repeat an uninterrupted run bit for bit")
+    return latest
 
 
 def train(run: Run) -> dict:
     """Run the remaining steps; returns the summary (also written to summary.json, unless the
     run was interrupted: then `summary["interrupted"]` names the signal and the run resumes)."""
-    run.interrupts.install()
+    interrupts = run.services.interrupts
+    interrupts.install()
     try:
         return _train_loop(run)
     except RunDirectoryGone:
-        run.log.close()
+        run.services.log.close()
         raise
     finally:
-        run.interrupts.restore()
+        interrupts.restore()
 
 
 def _train_loop(run: Run) -> dict:
-    cfg = run.cfg
+    cfg, state, services = run.cfg, run.state, run.services
     started = time.time()
-    stop_reason = None
-    if cfg.trainer.val_before and run.step == 0:
-        if validate_before(run) is None:
-            return _interrupted(run, started)
-    while run.step < cfg.trainer.total_steps:
-        snapshot = rng_snapshot(run.generator)
+    stop: Stop | None = None
+    if cfg.trainer.val_before and state.step == 0 and validate_before(run) is None:
+        return _interrupted(run, started, interrupt_stop(run, StepResult({})))
+    while state.step < cfg.trainer.total_steps:
+        snapshot = rng_snapshot(state.generator)
         try:
-            metrics = train_step(run)
+            result = train_step(run)
         except StepAbandoned:  # nothing but the RNG had moved: put it back, the step never happened
-            restore_rng(run.generator, snapshot)
-            stop_reason = "interrupted"
+            restore_rng(state.generator, snapshot)
+            stop = first_stop(run, StepResult({}))  # the interrupt
             break
-        last = run.step + 1 == cfg.trainer.total_steps or "stop_reason" in metrics
-        if (cfg.trainer.val_every and (run.step + 1) % cfg.trainer.val_every == 0) or last:
-            try:
-                with run.interrupts.abandonable():
-                    metrics.update(validate(run))
-            except StepAbandoned:
-                metrics["val/abandoned"] = 1.0  # the update happened: keep the step, without its validation
-            metrics["time/step_s"] = round(metrics["time/step_s"] + metrics.get("time/validation_s", 0.0), 4)
-            last = _watch_validation(run, metrics) or last
-        run.live.stop()
+        last = state.step + 1 == cfg.trainer.total_steps
+        ending = result.stop is not None and not result.stop.interrupted  # a finished run validates its end
+        if (cfg.trainer.val_every and (state.step + 1) % cfg.trainer.val_every == 0) or last or ending:
+            validate_step(run, result)
+            result.stop = first_stop(run, result)
+        services.live.stop()
+        if result.stop is not None and not result.stop.interrupted:
+            result.metrics["stop_reason"] = result.stop.reason
+            services.log.event("stop", reason=result.stop.reason, message=result.stop.message, step=state.step)
         check_run_dir(run)
-        run.log.step(run.step, metrics, run.completions)
-        run.step += 1
-        if run.interrupts.requested:
-            stop_reason = "interrupted"
-        if (cfg.trainer.save_every and run.step % cfg.trainer.save_every == 0) or last or stop_reason:
+        services.log.step(state.step, result.metrics, result.completions)
+        state.step += 1
+        stop = result.stop or interrupt_stop(run, result)  # a signal during the logging: honoured now
+        if (cfg.trainer.save_every and state.step % cfg.trainer.save_every == 0) or last or stop:
             save(run)
-        if stop_reason or "stop_reason" in metrics:
-            stop_reason = stop_reason or metrics["stop_reason"]
+        if stop:
             break
-    if stop_reason == "interrupted" or run.interrupts.requested:
-        return _interrupted(run, started)
-    summary = summarise(read_steps(run.run_dir), stop_reason, time.time() - started, run)
+    stop = stop or interrupt_stop(run, StepResult({}))  # a signal while the last step was saved
+    if stop is not None and stop.interrupted:
+        return _interrupted(run, started, stop)
+    summary = summarise(read_steps(run.run_dir), stop.reason if stop else None, time.time() - started, run)
     write_summary(run.run_dir, summary)
-    run.log.close()
+    services.log.close()
     return summary
+
+
+def validate_step(run: Run, result: StepResult) -> None:
+    """Validate after the step (trainer.val_every, the last step, a stopping one) into its row;
+    RAGEN-2's low-validation-success rule observes it unless a stopper has already decided."""
+    metrics = result.metrics
+    try:
+        with run.services.interrupts.abandonable():
+            metrics.update(validate(run))
+    except StepAbandoned:
+        metrics["val/abandoned"] = 1.0  # the update happened: keep the step, without its validation
+    metrics["time/step_s"] = round(metrics["time/step_s"] + metrics.get("time/validation_s", 0.0), 4)
+    if "val/success_rate" in metrics and result.stop is None:
+        policy = run.state.stop_policy
+        result.validation_decision = policy.observe_validation(metrics["val/success_rate"])
+        metrics["snr/low_validations"] = float(policy.low_validations)
 
 
 def validate_before(run: Run) -> dict | None:
     """trainer.val_before: the untrained model on the validation instances, as an event (the
     summary reads it back, also after a resume); None when interrupted."""
     try:
-        with run.interrupts.abandonable():
+        with run.services.interrupts.abandonable():
             metrics = validate(run)
     except StepAbandoned:
         return None
     finally:
-        run.live.stop()
+        run.services.live.stop()
     check_run_dir(run)
-    run.log.event("validation_before", step=0, metrics=metrics,
+    run.services.log.event("validation_before", step=0, metrics=metrics,
                   message=f"validation before training: success {metrics.get('val/success_rate', float('nan')):.3f} "
                           f"({metrics.get('time/validation_s', 0):.0f}s)")
     return metrics
 
 
-def _watch_validation(run: Run, metrics: dict) -> bool:
-    """RAGEN-2's low-validation-success stop; True when it ends the run at this step."""
-    if "val/success_rate" not in metrics or "stop_reason" in metrics:
-        return False
-    decision = run.stop_policy.observe_validation(metrics["val/success_rate"])
-    metrics["snr/low_validations"] = float(run.stop_policy.low_validations)
-    if decision.stop:
-        metrics["stop_reason"] = decision.reason
-        run.log.event("stop", reason=decision.reason, message=decision.message, step=run.step)
-    return decision.stop
-
-
-def _interrupted(run: Run, started: float) -> dict:
+def _interrupted(run: Run, started: float, stop: Stop) -> dict:
     """Stop on a signal: make sure the last completed step is on disk, then say how to continue."""
+    step, log = run.state.step, run.services.log
     latest = ckpt.latest_checkpoint(run.run_dir)
-    if run.step > 0 and (latest is None or latest.name != checkpoint_name(run.step)):
+    if step > 0 and (latest is None or latest.name != checkpoint_name(step)):
         save(run)  # the step in progress was abandoned: models and RNG are as the last one left them
         latest = ckpt.latest_checkpoint(run.run_dir)
     resume = f"ragen2 train --resume {run.run_dir}"
     if latest is None:
-        message = f"{run.interrupts.signal_name} before the first step finished: nothing to resume; start again"
+        message = f"{stop.signal} before the first step finished: nothing to resume; start again"
     else:
-        message = f"{run.interrupts.signal_name}: stopped after step {run.step}; continue with: {resume}"
-    run.log.event("stop", reason="interrupted", signal=run.interrupts.signal_name, message=message, step=run.step)
-    run.log.close()
-    summary = summarise(read_steps(run.run_dir), "interrupted", time.time() - started, run)
-    summary["interrupted"] = run.interrupts.signal_name
+        message = f"{stop.signal}: stopped after step {step}; continue with: {resume}"
+    log.event("stop", reason=stop.reason, signal=stop.signal, message=message, step=step)
+    log.close()
+    summary = summarise(read_steps(run.run_dir), stop.reason, time.time() - started, run)
+    summary["interrupted"] = stop.signal
     summary["resume_command"] = resume if latest is not None else None
     return summary
 
@@ -395,6 +383,6 @@ def _interrupted(run: Run, started: float) -> dict:
 def summarise(rows: list[dict], stop_reason, wall_s: float, run: Run) -> dict:
     """summary.json (ragen2.run_dir's schema), with what only this engine counts."""
     return run_summary(rows, run_dir=run.run_dir, engine="local", stop_reason=stop_reason, wall_s=wall_s,
-                       nonfinite_skips=run.nonfinite_skips,
+                       nonfinite_skips=run.state.nonfinite_skips,
                        config=dataclasses.asdict(run.cfg.filter) | {"algo": run.cfg.algo.name,
                                                                         "env": run.cfg.env.name})

@@ -343,7 +343,7 @@ def test_actor_loss_terms_and_their_combination_by_hand():
 
 def test_the_update_and_the_gradient_decomposition_take_the_same_actor_loss():
     """The gradient the update backpropagates equals the sum of grad_decomp's weighted terms."""
-    from ragen2.instruments import grad_decomp
+    from ragen2.engines.local import grad_decomp
     from ragen2.config import load_config
     from ragen2.engines.local import learner
     from tests.tiny import tiny_llama, tiny_tokenizer

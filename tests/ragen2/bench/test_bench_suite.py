@@ -237,7 +237,7 @@ def test_validate_before_measures_the_untrained_model_and_leaves_training_as_it_
         return float(sum(p.detach().double().sum() for p in model.parameters()))
 
     def spy(run):
-        seen.append((run.step, weights(run.models.policy)))
+        seen.append((run.state.step, weights(run.services.models.policy)))
         return validate(run)
 
     monkeypatch.setattr(trainer, "validate", spy)
@@ -254,7 +254,7 @@ def test_validate_before_measures_the_untrained_model_and_leaves_training_as_it_
     # the first validation ran before any update, on the weights a fresh set-up of the config has
     cfg = build_config(yaml.safe_load((cells[True] / "config.yaml").read_text()))
     fresh_run = trainer.setup(cfg, tmp_path / "fresh", quiet=True)
-    fresh = weights(fresh_run.models.policy)
+    fresh = weights(fresh_run.services.models.policy)
     assert seen[0] == (0, fresh) and len(seen) == 2 and seen[1][1] != fresh  # then the final one, trained
     untimed = lambda metrics: {k: v for k, v in metrics.items() if not k.startswith("time/")}  # noqa: E731
     assert untimed(before) == untimed(validate(fresh_run)) and before["val/num_groups"] == 2

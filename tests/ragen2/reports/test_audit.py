@@ -95,11 +95,12 @@ def test_collapse_watch_logs_an_alert_event_and_stops_when_configured(tmp_path):
     outputs = [watch.observe(step, {"probe/mi_zscore_ema": mi, "actor/entropy": 1.0}, log)
                for step, mi in enumerate(MI_SERIES)]
     log.close()
-    assert [o for o in outputs[:6] if o] == []
-    assert outputs[6] == {"alert/template_collapse": 1.0, "stop_reason": "template_collapse"}
+    assert outputs[:6] == [({}, None)] * 6
+    metrics, stopping = outputs[6]
+    assert metrics == {"alert/template_collapse": 1.0} and stopping.kind == "template_collapse"
     events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
-    assert [(e["kind"], e.get("alert"), e["step"]) for e in events] == [("alert", "template_collapse", 6),
-                                                                         ("stop", None, 6)]
+    # the stop itself is the trainer's decision (engines/local/stoppers), logged there
+    assert [(e["kind"], e.get("alert"), e["step"]) for e in events] == [("alert", "template_collapse", 6)]
     assert events[0]["numbers"]["mi_early_level"] == pytest.approx(2.0)
     restored = CollapseWatch(ProbeSection())
     restored.load_state_dict(json.loads(json.dumps(watch.state_dict())))  # survives a JSON checkpoint
@@ -110,8 +111,8 @@ def test_collapse_watch_without_stop_only_logs_and_ignores_non_finite_inputs(tmp
     watch = CollapseWatch(ProbeSection())
     out = [watch.observe(step, {"probe/mi_zscore_ema": mi, "actor/entropy": "nan", "actor/grad_norm": 1.0})
            for step, mi in enumerate(MI_SERIES)]
-    assert out[6] == {"alert/template_collapse": 1.0}  # entropy never judged: fires on MI alone
-    assert watch.observe(8, {"actor/grad_norm": float("inf")}) == {"alert/grad_norm_spike": 1.0}
+    assert out[6] == ({"alert/template_collapse": 1.0}, None)  # entropy never judged: fires on MI alone
+    assert watch.observe(8, {"actor/grad_norm": float("inf")}) == ({"alert/grad_norm_spike": 1.0}, None)
 
 
 def test_trainer_stops_on_a_collapse_alert_and_checkpoints_the_detector(tok, tmp_path, monkeypatch):
@@ -127,7 +128,7 @@ def test_trainer_stops_on_a_collapse_alert_and_checkpoints_the_detector(tok, tmp
                                  "probe.every=0", "probe.stop_on_collapse=true", "optim.micro_batch_size=2"])
     run = trainer.setup(cfg, tmp_path / "run", quiet=True, models=learner.build_models(cfg))
     fake = [[], [mi_probe.Alert("template_collapse", 1, "template collapse: test", {"x": 1.0})]]
-    monkeypatch.setattr(run.watch.detector, "update", lambda step, **_: fake[step] if step < 2 else [])
+    monkeypatch.setattr(run.state.watch.detector, "update", lambda step, **_: fake[step] if step < 2 else [])
     summary = trainer.train(run)
     assert summary["steps"] == 2 and summary["stop_reason"] == "template_collapse"
     events = [json.loads(line) for line in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]

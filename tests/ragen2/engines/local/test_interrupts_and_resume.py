@@ -258,7 +258,7 @@ def test_the_thread_count_is_recorded_and_resume_restores_it(three_saved_steps, 
     from ragen2.config import build_config
 
     cfg = build_config(yaml.safe_load((run / "config.yaml").read_text()))
-    trainer.setup(cfg, run, resume=True, quiet=True).log.close()
+    trainer.setup(cfg, run, resume=True, quiet=True).services.log.close()
     assert torch.get_num_threads() == 1
 
 

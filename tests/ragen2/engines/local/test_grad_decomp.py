@@ -11,7 +11,7 @@ import torch
 import transformers
 
 from mi_probe import gradients as grad_lib
-from ragen2.instruments import grad_decomp
+from ragen2.engines.local import grad_decomp
 from ragen2.config import Config
 from ragen2.engines.local import learner
 

@@ -1,6 +1,7 @@
-"""Trainer side of the gradient decomposition (`probe.grad_every`, off by default).
+"""The local engine's gradient decomposition (`probe.grad_every`, off by default).
 
-On the filtered batch, after advantages and before the update, the prompt groups are
+On the filtered batch, after advantages and before the update (on the update's own
+`learner.UpdateInputs`: the same old log-probs, values and advantages), the prompt groups are
 bucketed by in-group reward std (`probe.grad_bucket_mode`: RAGEN-2's `quantile`, with
 `probe.grad_buckets` buckets and the remainder in the last; `quantile_even`; or RAGEN-2's
 `fixed_rv` std bins [0,1) ... [5,inf)), and for each bucket the gradients of the actor
@@ -16,7 +17,7 @@ builds them (same log-probs, clip ranges, aggregation and token/sequence totals)
 The `all` bucket is the weighted sum of the buckets: with the loss aggregated over fixed
 totals it is linear in the rows, so the whole batch needs no second pass. With
 `probe.grad_prefilter` the unfiltered batch gets the same pass (`grad_prefilter/...`, RAGEN-2's
-`grad_norm_prefilter/...`), with its own old log-probs, values and advantages.
+`grad_norm_prefilter/...`), with its own `learner.update_inputs`.
 
 How RAGEN-2 (veRL's actor) differs: it takes one gradient per PPO mini-batch
 (`ppo_mini_batch_size` rows), each the mean over micro-batches of the micro-batch's own
@@ -189,22 +190,12 @@ def decompose(policy, cfg: Config, batch, data: learner.UpdateInputs, prefix: st
     return metrics
 
 
-def update_inputs(run, batch) -> learner.UpdateInputs:
-    """Old log-probs, reference log-probs, values and advantages of `batch`, as the update
-    computes them (for the pre-filter pass, whose batch the update never sees)."""
-    return learner.update_inputs(run.models, batch, run.cfg)
+def maybe_decompose(models: learner.Models, cfg: Config, step: int, batch, data: learner.UpdateInputs,
+                    prefix: str = "grad") -> dict[str, float]:
+    """The trainer's hook: `decompose` on the steps `probe.grad_every` names, else nothing.
 
-
-def maybe_decompose_prefilter(run, batch) -> dict[str, float]:
-    """With `probe.grad_prefilter`, on decomposition steps: `grad_prefilter/...` metrics of the
-    batch before the filter (RAGEN-2's `gradient_analysis_log_prefilter` pass), skipped steps too."""
-    if not (run.cfg.probe.grad_prefilter and due(run.cfg, run.step)):
+    `data` is the step's `learner.update_inputs` of `batch`: the update's own (filtered batch),
+    or, for `probe.grad_prefilter` (prefix `grad_prefilter`), those of the unfiltered batch."""
+    if not due(cfg, step):
         return {}
-    return decompose(run.models.policy, run.cfg, batch, update_inputs(run, batch), prefix="grad_prefilter")
-
-
-def maybe_decompose(run, batch, data: learner.UpdateInputs) -> dict[str, float]:
-    """The trainer hook: `decompose` on the steps `probe.grad_every` names, else nothing."""
-    if not due(run.cfg, run.step):
-        return {}
-    return decompose(run.models.policy, run.cfg, batch, data)
+    return decompose(models.policy, cfg, batch, data, prefix=prefix)
