@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import torch
 
+import snr
 from mi_probe import gradients as grad_lib
 from ragen2.algos import losses
 from ragen2.config import Config
@@ -68,12 +69,9 @@ def loss_coefficients(cfg: Config, names) -> dict[str, float]:
 
 
 def group_reward_std(batch, ddof: int = 1) -> dict[int, float]:
-    """In-group std of the trajectory rewards, per group id (a one-member group: 0)."""
-    rewards: dict[int, list[float]] = {}
-    for t in batch.trajectories:
-        rewards.setdefault(t.group, []).append(t.reward)
-    return {g: float(torch.tensor(r, dtype=torch.float64).std(correction=ddof)) if len(r) > ddof else 0.0
-            for g, r in rewards.items()}
+    """In-group std of the trajectory rewards (snr.group_spread's), per group id (a one-member group: 0)."""
+    rewards = batch.grouped_rewards()
+    return dict(zip(rewards, snr.group_spread(list(rewards.values()), ddof)[1].tolist()))
 
 
 def bucket_gradients(policy, cfg: Config, data: learner.UpdateInputs, rows: list[int]):
