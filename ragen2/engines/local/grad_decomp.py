@@ -70,7 +70,9 @@ def loss_coefficients(cfg: Config, names) -> dict[str, float]:
 
 def group_reward_std(batch, ddof: int = 1) -> dict[int, float]:
     """In-group std of the trajectory rewards (snr.group_spread's), per group id (a one-member group: 0)."""
-    rewards = batch.grouped_rewards()
+    rewards: dict[int, list[float]] = {}
+    for t in batch.trajectories:
+        rewards.setdefault(t.group, []).append(t.reward)
     return dict(zip(rewards, snr.group_spread(list(rewards.values()), ddof)[1].tolist()))
 
 
