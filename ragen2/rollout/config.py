@@ -46,9 +46,9 @@ class RolloutConfig:
                         ("<think>", or "<answer>" for answer-only envs), as RAGEN does: the
                         model continues from inside the format instead of having to start
                         it, which a 135M model rarely does unprompted.
-    backend             auto: our own forward with a KV cache kept across turns
-                        (Llama-family models), else the model's forward re-reading each
-                        prompt; hf forces the latter; fast requires the former.
+    backend             kept so that saved configs load; every value runs the one path
+                        (the model's own forward over a KV cache kept across turns,
+                        ragen2/rollout/kv_rows.py).
     """
 
     num_groups: int = 4
