@@ -14,8 +14,8 @@ peak is the largest VmHWM read (before every reset and at the end).
 
 The parent polls the child's VmRSS and stops it past `--kill-gb`, or when the machine's available
 memory falls below `--min-available-gb` (the machine is shared: an out-of-memory kill could take
-someone else's process), and refuses to start a preset when less
-than `--kill-gb` + 1 GB is available. Prints one JSON object and writes it to `--out`.
+someone else's process), and starts a preset only when `--min-start-gb` is
+available. Prints one JSON object and writes it to `--out`.
 """
 
 from __future__ import annotations
@@ -153,9 +153,9 @@ def child(args) -> None:
 
 def watched_child(env: str, args) -> dict:
     """Run one preset in a child; stop it past --kill-gb. Returns its report (or why it has none)."""
-    if available_gb() < args.kill_gb + 1:
+    if available_gb() < args.min_start_gb:
         return {"env": env, "error": f"not started: {available_gb():.1f} GB available, "
-                                     f"fewer than --kill-gb {args.kill_gb} + 1"}
+                                     f"fewer than --min-start-gb {args.min_start_gb}"}
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as handle:
         out = handle.name
     command = [sys.executable, __file__, "--child", env, "--child-out", out, "--threads", str(args.threads),
@@ -190,6 +190,8 @@ def main() -> None:
     parser.add_argument("--envs", default="sokoban,frozen_lake", help="comma-separated env presets")
     parser.add_argument("--threads", type=int, default=1, help="torch threads in the child")
     parser.add_argument("--kill-gb", type=float, default=8.0, help="stop a child whose resident set passes this")
+    parser.add_argument("--min-start-gb", type=float, default=5.0,
+                        help="start a preset only when the machine has this much available")
     parser.add_argument("--min-available-gb", type=float, default=1.0,
                         help="stop the child when the machine's available memory falls below this")
     parser.add_argument("--target-gb", type=float, default=4.0)
