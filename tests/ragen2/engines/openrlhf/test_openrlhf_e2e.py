@@ -71,6 +71,13 @@ def random_model(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def llama3_model():
+    """Committed (500 KB), made by tiny_models.llama3_model: Llama-3 base's EOS layout, every Sokoban turn
+    answered with tiny_models.LLAMA3_REPLY + <|eot_id|>."""
+    return Path(__file__).resolve().parent / "fixtures" / "tiny-llama3"
+
+
+@pytest.fixture(scope="session")
 def bandit_model():
     """Committed (500 KB): fine-tuning it here would cost CI minutes. Made by tiny_models.bandit_model."""
     return Path(__file__).resolve().parent / "fixtures" / "tiny-bandit"
@@ -95,6 +102,10 @@ class Run:
     def members(self) -> list[dict]:
         """Each sample's seed and rollout index, in the order the agents numbered them (harness T2)."""
         return [json.loads(line) for line in (self.harness_dir / "members.jsonl").read_text().splitlines()]
+
+    def episodes(self) -> list[dict]:
+        """Each episode the agent returned to OpenRLHF: seed, rollout index, trained context (harness T3)."""
+        return [json.loads(line) for line in (self.harness_dir / "episodes.jsonl").read_text().splitlines()]
 
     def engines(self) -> list[dict]:
         return [json.loads(p.read_text()) | {"weights": p.with_suffix(".safetensors")}
@@ -276,5 +287,50 @@ def test_two_deepspeed_ranks_train_and_sync_both_engines(tmp_path, extensions_di
     assert row["rollout/num_trajectories"] == 8.0 and "policy_loss" in row
     engines = run.engines()
     assert len(engines) == 2 and all(e["weight_syncs"] == 1 for e in engines)
+    # each engine rebuilt the handle of its own device (vllm_worker_wrap), not the first one offered
+    assert all(e["ipc_devices_offered"] == sorted(e["ipc_device"] for e in engines) for e in engines)
     assert all(saved_model_equals_engine_weights(run.run_dir, e["weights"]) for e in engines)
     assert sum(e["generate_calls"] for e in engines) == 8 + 4  # the prompts were spread over both engines
+
+
+def local_engine_contexts(cfg, model_dir: Path, seeds) -> dict:
+    """The local engine's trained context and sampled positions per (seed, rollout index), in-process."""
+    from ragen2.engines.local.run import env_factory
+    from ragen2.rollout import rollout
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16).eval()  # the engine's dtype
+    batch = rollout(model, tokenizer, env_factory(cfg), seeds, cfg.rollout, torch.Generator().manual_seed(0))
+    contexts = {}
+    for row, (seed, member) in enumerate((s, m) for s in seeds for m in range(cfg.rollout.group_size)):
+        sampled = [i for i, m in enumerate(batch.response_mask[row].tolist()) if m]
+        ids = batch.input_ids[row][batch.attention_mask[row].bool()].tolist()
+        contexts[(seed, member)] = (ids[:sampled[-1] + 1], sampled)
+    return contexts
+
+
+def test_a_llama3_turn_closed_by_a_generation_config_eos_trains_the_local_engines_context(tmp_path, extensions_dir,
+                                                                                          llama3_model):
+    # Greedy, so both engines sample the same replies. Every turn ends at <|eot_id|>, which only the
+    # generation config lists as an EOS (vLLM: finish "stop", stop_reason = its id); before the agent
+    # counted it as the end of the turn, the template closed the turn with a second one.
+    run = train(tmp_path, extensions_dir, llama3_model, "--env", "sokoban", "--algo", "grpo", "--filter", "none",
+                "--steps", "1", *SMALL, "rollout.max_turns=2", "rollout.temperature=0", "algo.kl_coef=0",
+                "trainer.val_groups=1", "trainer.val_temperature=0")
+    cfg = saved_config(run)
+    seeds = step_seeds(cfg, 0)
+    assert not set(seeds) & set(validation_seeds(cfg))  # the step's episodes are told apart by seed
+    (engine,) = run.engines()
+    assert engine["finishes"] == {"stop:int": engine["generate_calls"]}  # every turn: the generation-config EOS
+    assert engine["largest_batch"] > 1  # concurrent requests were decoded together
+    ours = {(e["seed"], e["member"]): e for e in run.episodes() if e["seed"] in set(seeds)}
+    assert sorted(ours) == sorted((s, m) for s in seeds for m in range(cfg.rollout.group_size))
+    local = local_engine_contexts(cfg, llama3_model, seeds)
+    eot = 4  # <|eot_id|> in the fixture's vocabulary
+    for key, episode in ours.items():
+        context, sampled = local[key]
+        assert episode["observation_tokens"] == context, key  # token for token
+        assert [i for start, end in episode["action_ranges"] for i in range(start, end)] == sampled, key
+        assert len(episode["action_ranges"]) == 2 and all(context[end - 1] == eot for _, end in episode["action_ranges"])
+        assert not any(a == b == eot for a, b in zip(context, context[1:]))  # never <|eot_id|><|eot_id|>

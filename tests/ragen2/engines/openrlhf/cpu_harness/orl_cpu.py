@@ -13,8 +13,10 @@ module that makes them is imported (an import hook), each naming the OpenRLHF li
   launcher.py, deepspeed.py), synchronize (utils/distributed_util.py:10 and others) become CPU-safe.
   torch.cuda.is_available() stays False, so DeepSpeed (DS_ACCELERATOR=cpu, gloo) sees a CPU machine.
 - C4 trainer/ppo_utils/replay_buffer.py:40: `torch.device(f"cuda:{current_device()}")` -> cpu.
-- C5 trainer/ray/ppo_actor.py:445: get_physical_gpu_id (torch.cuda device properties) keys each
-  rank's weight-sync handle: a per-rank name instead.
+- C5 trainer/ray/utils.py get_physical_gpu_id (torch.cuda device properties: the GPU's UUID) keys each
+  rank's weight-sync handle (ppo_actor.py:445) and picks the engine's own (vllm_worker_wrap.py:61, here
+  orl_hf_engine): the Ray GPU id the process was given instead, which names the same device for a
+  rank and the engine colocated with it, as the UUID does on a GPU node.
 - E1 trainer/ray/vllm_engine.py: `RolloutRayActor` (read by create_vllm_engines when called) is
   orl_hf_engine.HFRolloutActor: OpenRLHF's own actor class with generate on HF transformers.
 - R1 ray.init: a local instance on 127.0.0.1 with logical GPUs (each OpenRLHF placement bundle
@@ -23,6 +25,9 @@ module that makes them is imported (an import hook), each naming the OpenRLHF li
   appended to $RAGEN2_HARNESS_DIR/steps.jsonl for the test to read (observation only).
 - T2 the agent's `_next_member`: each sample's seed and rollout index, in call order, are appended
   to $RAGEN2_HARNESS_DIR/members.jsonl (observation only).
+- T3 the agent's `_play`: each finished episode's seed, rollout index, trained context
+  (observation_tokens) and sampled spans (action_ranges) are appended to
+  $RAGEN2_HARNESS_DIR/episodes.jsonl (observation only).
 
 The launched command is the project's own: `--ds.attn_implementation` comes from the config
 (openrlhf.attn_implementation=auto resolves to sdpa where flash-attn is not installed; the
@@ -47,13 +52,16 @@ APPLIED: list[str] = []
 
 
 class SamplingParams:
-    """vllm.SamplingParams stand-in: the fields OpenRLHF and ragen2's agent set or read."""
+    """vllm.SamplingParams stand-in: a plain record of the fields, with vLLM 0.29.0's defaults; what vLLM
+    derives from them (greedy, stop ids, max_tokens) is vllm_semantics.resolve's, in the engine."""
 
-    def __init__(self, n=1, temperature=1.0, top_p=1.0, top_k=-1, max_tokens=16, min_tokens=0,
-                 skip_special_tokens=True, logprobs=None, stop=None, include_stop_str_in_output=False, **extra):
-        self.__dict__.update(n=n, temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens,
-                             min_tokens=min_tokens, skip_special_tokens=skip_special_tokens, logprobs=logprobs,
-                             stop=stop, include_stop_str_in_output=include_stop_str_in_output, **extra)
+    def __init__(self, n=1, temperature=1.0, top_p=1.0, top_k=0, seed=None, stop=None, stop_token_ids=None,
+                 ignore_eos=False, max_tokens=16, min_tokens=0, logprobs=None, skip_special_tokens=True,
+                 include_stop_str_in_output=False, **extra):
+        self.__dict__.update(n=n, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, stop=stop,
+                             stop_token_ids=stop_token_ids, ignore_eos=ignore_eos, max_tokens=max_tokens,
+                             min_tokens=min_tokens, logprobs=logprobs, skip_special_tokens=skip_special_tokens,
+                             include_stop_str_in_output=include_stop_str_in_output, **extra)
 
 
 def _module(name: str) -> types.ModuleType:
@@ -149,10 +157,16 @@ def _replay_buffer(module) -> None:  # C4
     APPLIED.append("C4")
 
 
-def _ppo_actor(module) -> None:  # C5
-    import torch.distributed as dist
+def _ray_utils(module) -> None:  # C5
+    def get_physical_gpu_id() -> str:
+        import ray
 
-    module.get_physical_gpu_id = lambda: f"cpu-rank{dist.get_rank()}"
+        gpus = ray.get_gpu_ids()
+        if not gpus:
+            raise RuntimeError("CPU harness: get_physical_gpu_id outside a Ray worker that holds a GPU")
+        return f"ray-gpu-{gpus[0]}"
+
+    module.get_physical_gpu_id = get_physical_gpu_id  # before ppo_actor imports it by name
     APPLIED.append("C5")
 
 
@@ -211,7 +225,7 @@ def _trainer_patch(module) -> None:  # T1
     APPLIED.append("T1")
 
 
-def _agent(module) -> None:  # T2
+def _agent(module) -> None:  # T2, T3
     original = module.AgentExecutor._next_member
 
     def next_member(self, label, group_size=None):
@@ -222,11 +236,22 @@ def _agent(module) -> None:  # T2
         return member
 
     module.AgentExecutor._next_member = next_member
-    APPLIED.append("T2")
+    original_play = module.AgentExecutor._play
+
+    async def play(self, spec, member, *args, **kwargs):  # T3
+        result = await original_play(self, spec, member, *args, **kwargs)
+        row = {"seed": spec.seed, "member": member, "observation_tokens": [int(t) for t in result["observation_tokens"]],
+               "action_ranges": [list(span) for span in result["action_ranges"]]}
+        with open(os.path.join(os.environ["RAGEN2_HARNESS_DIR"], "episodes.jsonl"), "a") as handle:
+            handle.write(json.dumps(row) + "\n")
+        return result
+
+    module.AgentExecutor._play = play
+    APPLIED.extend(["T2", "T3"])
 
 
 CALLBACKS = {"torch": _torch, "ray": _ray, "openrlhf.trainer.ppo_utils.replay_buffer": _replay_buffer,
-             "openrlhf.trainer.ray.ppo_actor": _ppo_actor, "openrlhf.trainer.ray.vllm_engine": _vllm_engine,
+             "openrlhf.trainer.ray.utils": _ray_utils, "openrlhf.trainer.ray.vllm_engine": _vllm_engine,
              "ragen2.engines.openrlhf.trainer_patch": _trainer_patch, "ragen2.engines.openrlhf.agent": _agent}
 
 
