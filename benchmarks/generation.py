@@ -1,38 +1,51 @@
-"""Batched generation: our fast backend, our hf loop, Hugging Face `generate`, one at a time; prints JSON.
+"""Batched generation: the rollout's session against a plain Hugging Face cached loop and `generate`; prints JSON.
 
     python benchmarks/generation.py [--new-tokens 64] [--batch 16] [--repeats 1] [--random-init]
-                                    [--threads N] [--skip-single] [--skip-early-stop]
+                                    [--threads N] [--dtype float32|bfloat16] [--skip-single]
+                                    [--before COMMIT]
 
-0. Side by side in one run, alternating: `generate` (fast backend: our forward over a
-   preallocated cache), `generate(backend="hf")` (the rollout's earlier loop: the model's own
-   forward with a KV cache) and Hugging Face `model.generate` (sampling, exactly N tokens each),
-   each also with 1 new token to split prefill from decode.
+Side by side in one run, alternating within each repeat so a busy spell hits every side:
+  session      `ragen2.rollout.generate`: the model's own forward over the row KV cache (kv_rows.py);
+  hf_loop      a plain Hugging Face cached loop: left-padded prompts, the model's DynamicCache and
+               attention, one forward per token, the same sampler and generator;
+  hf_generate  Hugging Face `model.generate` (sampling, exactly N tokens each);
+  before       (--before COMMIT) the rollout's `generate` as it was at COMMIT, loaded from git:
+               e.g. 504257a, our own Llama/Qwen2 decoder (fast_decoder.py) that kv_rows replaced.
+Each also with 1 new token, so the prefill cost can be split from the decode cost. The decode
+rate is also read per step: every one-token forward of a side is timed and the median step
+counts (16 rows each, no stops), which a busy spell on a loaded machine moves far less than a
+whole run. Every side runs under the model's compute dtype (--dtype bfloat16: autocast over fp32 weights, one context
+around each call, as the rollout does).
 
 Model: the bundled SmolLM2-135M-Instruct (ragen2.models.load_policy("bundled")) when it loads,
 else a random-init model of the same architecture (`--random-init` forces that). Prompts are
 RAGEN first-turn Sokoban prompts (distinct rooms) through the chat template, or random ids of
-the same lengths without a tokenizer.
-
-1. Equal work: no stop strings, no EOS, `--new-tokens` each, batched vs one at a time. Each
-   mode is also run with 1 new token, so the prefill cost can be split from the decode cost.
-2. Group prefill: P=2 prompts x G=8 copies (a rollout's first turn) vs 16 distinct prompts,
-   1 new token: identical prompts are prefilled once.
-3. Early stops (greedy, the real stops: </answer> and EOS): finished rows dropped from the
-   batch (default) vs kept in it padded; both produce the same tokens.
+the same lengths without a tokenizer. Equal work: no stop strings, no EOS, `--new-tokens` each.
+Also: group prefill (P=2 prompts x G=b/2 copies vs b distinct prompts, 1 new token), and
+one prompt at a time (unless --skip-single).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import inspect
 import json
+import os
+import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 
 from ragen2 import precision
 from ragen2.bench.machine import machine_info
-from ragen2.rollout.generation import generate, generate_one_at_a_time
+from ragen2.rollout.generation import GenerationResult, generate, generate_one_at_a_time, sample_tokens
+
+ROOT = Path(__file__).resolve().parents[1]  # the git checkout --before is read from
 
 
 def smollm2_architecture():
@@ -79,24 +92,108 @@ def build_prompts(tokenizer, batch: int) -> list[list[int]]:
     return prompts
 
 
-@torch.no_grad()
-def hf_generate(model, prompts, *, max_new_tokens, generator=None, pad_token_id=0, **_ignored):
-    """Hugging Face `model.generate` on the same prompts: left-padded, sampling, exactly
-    max_new_tokens each (min = max, no stop); seeded through torch's global RNG (its only way)."""
-    from ragen2.rollout.generation import GenerationResult
-
+def left_padded(prompts, pad_token_id):
     longest = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), longest), pad_token_id, dtype=torch.long)
     mask = torch.zeros_like(ids)
     for row, prompt in enumerate(prompts):
         ids[row, longest - len(prompt):] = torch.tensor(prompt)
         mask[row, longest - len(prompt):] = 1
+    return ids, mask
+
+
+@torch.no_grad()
+def hf_loop(model, prompts, *, max_new_tokens, generator=None, pad_token_id=0, temperature=1.0, top_p=1.0,
+            **_ignored) -> list[GenerationResult]:
+    """A plain Hugging Face cached loop: the model's forward, DynamicCache and attention; no stops."""
+    ids, mask = left_padded(prompts, pad_token_id)
+    cache_name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    results = [GenerationResult(token_ids=[], logprobs=[]) for _ in prompts]
+    with precision.autocast(model):
+        out = model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+                    use_cache=True, logits_to_keep=1)
+        position = mask.sum(-1)
+        for step in range(max_new_tokens):
+            tokens, logprobs = sample_tokens(out.logits[:, -1], temperature, top_p, generator)
+            for result, token, logprob in zip(results, tokens.tolist(), logprobs.tolist()):
+                result.token_ids.append(token)
+                result.logprobs.append(logprob)
+            if step == max_new_tokens - 1:
+                break
+            mask = torch.cat([mask, mask.new_ones(len(prompts), 1)], dim=-1)
+            cache = getattr(out, "cache", None)
+            cache = out.past_key_values if cache is None else cache
+            out = model(input_ids=tokens[:, None], attention_mask=mask, position_ids=position[:, None],
+                        use_cache=True, **{cache_name: cache})
+            position = position + 1
+    return results
+
+
+@torch.no_grad()
+def hf_generate(model, prompts, *, max_new_tokens, pad_token_id=0, **_ignored) -> list[GenerationResult]:
+    """Hugging Face `model.generate` on the same prompts: left-padded, sampling, exactly
+    max_new_tokens each (min = max, no stop); seeded through torch's global RNG (its only way)."""
+    ids, mask = left_padded(prompts, pad_token_id)
     torch.manual_seed(0)
-    with precision.autocast(model):  # --dtype bfloat16: the same mixed precision as our backends
+    with precision.autocast(model):
         out = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_p=1.0,
                              top_k=0, max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens,
                              pad_token_id=pad_token_id)
-    return [GenerationResult(token_ids=row[longest:].tolist()) for row in out]
+    return [GenerationResult(token_ids=row[ids.shape[1]:].tolist()) for row in out]
+
+
+def generate_at(commit: str, workdir: Path, steps: StepTimes):
+    """`generate` of ragen2/rollout as it was at `commit` (its fast_decoder, generation and session
+    modules, which imported each other), importable beside today's."""
+    names = ("fast_decoder", "generation", "session")
+    for name in names:
+        source = subprocess.run(["git", "-C", str(ROOT), "show", f"{commit}:ragen2/rollout/{name}.py"],
+                                check=True, capture_output=True, text=True).stdout
+        for other in names:
+            source = source.replace(f"from ragen2.rollout.{other} import", f"from before_{other} import")
+        source = source.replace("from ragen2.rollout import fast_decoder", "import before_fast_decoder as fast_decoder")
+        (workdir / f"before_{name}.py").write_text(source)
+    sys.path.insert(0, str(workdir))
+    try:
+        spec = importlib.util.spec_from_file_location("before_generation", workdir / "before_generation.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["before_generation"] = module  # dataclasses and the session's import look it up here
+        spec.loader.exec_module(module)
+        importlib.import_module("before_session")  # generate imports it lazily, after the path is gone
+        decoder = sys.modules["before_fast_decoder"].FastDecoder
+        decoder.forward = steps.wrap(decoder.forward)
+    finally:
+        sys.path.remove(str(workdir))
+    return module.generate
+
+
+class StepTimes:
+    """Times every forward that feeds one token per row (a decode step), for the side that runs now."""
+
+    def __init__(self, model):
+        self.side, self.times, self.started = None, {}, None
+        model.register_forward_pre_hook(self._before, with_kwargs=True)
+        model.register_forward_hook(self._after, with_kwargs=True)
+
+    def _before(self, _module, args, kwargs):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        self.started = time.perf_counter() if ids is not None and ids.shape[1] == 1 else None
+
+    def _after(self, _module, _args, _kwargs, _out):
+        self.record(self.started)
+
+    def record(self, started):
+        if started is not None and self.side is not None:
+            self.times.setdefault(self.side, []).append(time.perf_counter() - started)
+
+    def wrap(self, forward):
+        """For a forward that is not the model's (the --before decoder's own)."""
+        def timed_forward(decoder, input_ids, *args, **kwargs):
+            started = time.perf_counter() if input_ids.shape[1] == 1 else None
+            out = forward(decoder, input_ids, *args, **kwargs)
+            self.record(started)
+            return out
+        return timed_forward
 
 
 def timed(fn, *args, **kwargs):
@@ -109,105 +206,89 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--new-tokens", type=int, default=64)
-    parser.add_argument("--stop-tokens", type=int, default=96, help="token cap for the early-stop comparison")
     parser.add_argument("--repeats", type=int, default=1, help="runs per measurement; the fastest counts")
     parser.add_argument("--random-init", action="store_true")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
                         help="compute precision of every side (bfloat16: autocast over fp32 weights)")
     parser.add_argument("--skip-single", action="store_true", help="skip the (slow) one-at-a-time runs")
-    parser.add_argument("--skip-early-stop", action="store_true", help="skip the hf loop's early-stop comparison")
+    parser.add_argument("--before", metavar="COMMIT", help="also time the rollout's generate as it was at COMMIT")
     args = parser.parse_args()
+    if args.batch < 1 or args.new_tokens < 2 or args.repeats < 1:
+        parser.error("--batch and --repeats must be >= 1 and --new-tokens >= 2 (decode = all tokens but the first)")
     if args.threads:
         torch.set_num_threads(args.threads)
+    load_at_start = os.getloadavg()
 
     model, tokenizer, model_name, load_s = load_model(args.random_init)
     precision.set_compute_dtype(model, args.dtype)
     prompts = build_prompts(tokenizer, args.batch)
     pad = tokenizer.pad_token_id if tokenizer is not None else 0
     equal = dict(temperature=1.0, top_p=1.0, stop_strings=(), eos_token_ids=(), pad_token_id=pad, tokenizer=tokenizer)
-    generate(model, prompts[:2], max_new_tokens=2, **equal)  # warm-up (lazy init, allocator)
+    sides = {"session": generate, "hf_loop": hf_loop, "hf_generate": hf_generate}
+    workdir = tempfile.TemporaryDirectory()
+    steps = StepTimes(model)
+    if args.before:
+        sides["before"] = generate_at(args.before, Path(workdir.name), steps)
+    for fn in sides.values():
+        fn(model, prompts[:2], max_new_tokens=2, generator=torch.Generator().manual_seed(0), **equal)  # warm-up
 
-    def run(fn, new_tokens, repeats):
-        """The fastest of `repeats` runs: the least disturbed by other work on the machine."""
-        best = float("inf")
-        for _ in range(repeats):
-            results, seconds = timed(fn, model, prompts, max_new_tokens=new_tokens,
-                                     generator=torch.Generator().manual_seed(0), **equal)
-            assert all(len(r.token_ids) == new_tokens for r in results)
-            best = min(best, seconds)
-        return best
-
-    n, b, r = args.new_tokens, args.batch, args.repeats
-    hf_backend = lambda *a, **k: generate(*a, backend="hf", **k)  # noqa: E731 - the earlier loop
-    # Each side alternates with the others inside one repeat, so a busy spell hits all of them.
+    n, b = args.new_tokens, args.batch
     best: dict[str, float] = {}
-    for _ in range(r):
-        for key, fn, tokens in (("batched", generate, n), ("hf_loop", hf_backend, n), ("hf_generate", hf_generate, n),
-                                ("batched_1", generate, 1), ("hf_loop_1", hf_backend, 1),
-                                ("hf_generate_1", hf_generate, 1)):
-            best[key] = min(best.get(key, float("inf")), run(fn, tokens, 1))
-            print(f"{key} x{tokens}: {best[key]:.2f} s (best so far)", file=sys.stderr, flush=True)
-    batched_s, batched_1_s = best["batched"], best["batched_1"]
-    if args.skip_single:
-        single_s = single_1_s = float("nan")
-    else:
-        single_s, single_1_s = run(generate_one_at_a_time, n, r), run(generate_one_at_a_time, 1, r + 1)
+    for _ in range(args.repeats):
+        for tokens in (n, 1):
+            for name, fn in sides.items():
+                key = name if tokens == n else f"{name}_1"
+                steps.side = name
+                results, seconds = timed(fn, model, prompts, max_new_tokens=tokens,
+                                         generator=torch.Generator().manual_seed(0), **equal)
+                steps.side = None
+                assert all(len(r.token_ids) == tokens for r in results)
+                best[key] = min(best.get(key, float("inf")), seconds)
+                print(f"{key}: {seconds:.2f} s (best {best[key]:.2f})", file=sys.stderr, flush=True)
+    workdir.cleanup()
 
-    def decode_rate(total_s, prefill_s):
-        return round(b * (n - 1) / (total_s - prefill_s), 1) if total_s > prefill_s and n > 1 else None
+    def decode_rate(name):
+        total, prefill = best[name], best[f"{name}_1"]
+        return round(b * (n - 1) / (total - prefill), 1) if total > prefill else None
 
     report = {
+        "command": "python benchmarks/generation.py " + " ".join(sys.argv[1:]),
         "model": model_name,
         "model_load_s": round(load_s, 2),
         "machine": machine_info(),
+        "load_avg_at_start": [round(x, 2) for x in load_at_start],
         "dtype": args.dtype,
         "batch": b,
         "new_tokens_each": n,
+        "repeats": args.repeats,
         "prompt_tokens": {"min": min(map(len, prompts)), "max": max(map(len, prompts)),
                           "total": sum(map(len, prompts))},
-        "batched": {"seconds": round(batched_s, 2), "tokens_per_s": round(b * n / batched_s, 1),
-                    "decode_tokens_per_s": decode_rate(batched_s, batched_1_s),
-                    "prefill_s": round(batched_1_s, 2)},
-        "one_at_a_time": {"seconds": round(single_s, 2), "tokens_per_s": round(b * n / single_s, 1),
-                          "decode_tokens_per_s": decode_rate(single_s, single_1_s),
-                          "prefill_s": round(single_1_s, 2)},
     }
-    for key in ("hf_loop", "hf_generate"):
-        report[key] = {"seconds": round(best[key], 2), "tokens_per_s": round(b * n / best[key], 1),
-                       "decode_tokens_per_s": decode_rate(best[key], best[key + "_1"]),
-                       "prefill_s": round(best[key + "_1"], 2)}
-    report["vs_hf_generate"] = round(best["hf_generate"] / batched_s, 2)
-    report["decode_vs_hf_generate"] = (round(report["batched"]["decode_tokens_per_s"]
-                                             / report["hf_generate"]["decode_tokens_per_s"], 2)
-                                       if report["hf_generate"]["decode_tokens_per_s"] else None)
-    report["target_tokens_per_s"] = 275
-    report["speedup"] = round(single_s / batched_s, 2)
-    rates = report["batched"]["decode_tokens_per_s"], report["one_at_a_time"]["decode_tokens_per_s"]
-    report["decode_speedup"] = round(rates[0] / rates[1], 2) if None not in rates else None
+    for name in sides:
+        step_s = statistics.median(steps.times[name])
+        report[name] = {"seconds": round(best[name], 2), "tokens_per_s": round(b * n / best[name], 1),
+                        "decode_tokens_per_s": decode_rate(name), "prefill_s": round(best[f"{name}_1"], 2),
+                        "decode_steps_timed": len(steps.times[name]),
+                        "decode_step_ms_median": round(1000 * step_s, 1),
+                        "decode_tokens_per_s_median_step": round(b / step_s, 1)}
+    hf_step = statistics.median(steps.times["hf_loop"])
+    for name in [s for s in sides if s != "hf_loop"]:
+        report[f"{name}_decode_vs_hf_loop"] = round(hf_step / statistics.median(steps.times[name]), 2)
+        report[f"{name}_total_vs_hf_loop"] = round(best["hf_loop"] / best[name], 2)
+    report["decode_target_vs_hf_loop"] = 2.0
 
-    if args.skip_single:
-        report["one_at_a_time"] = report["speedup"] = report["decode_speedup"] = None
-
+    if not args.skip_single:
+        _, single_s = timed(generate_one_at_a_time, model, prompts, max_new_tokens=n,
+                            generator=torch.Generator().manual_seed(0), **equal)
+        report["one_at_a_time"] = {"seconds": round(single_s, 2), "tokens_per_s": round(b * n / single_s, 1),
+                                   "batched_speedup": round(single_s / best["session"], 2)}
     if b >= 4 and b % 2 == 0:
         grouped = [prompts[i // (b // 2)] for i in range(b)]  # 2 groups of b/2 identical prompts
         _, grouped_s = timed(generate, model, grouped, max_new_tokens=1, **equal)
         report["group_prefill"] = {"groups_x_members": f"2x{b // 2}", "prefill_s": round(grouped_s, 2),
-                                   "distinct_prompts_prefill_s": round(batched_1_s, 2)}
-
-    if tokenizer is not None and not args.skip_early_stop:  # early stops need real text: greedy with the real stop conditions
-        stops = dict(max_new_tokens=args.stop_tokens, temperature=0, stop_strings=("</answer>",),
-                     eos_token_ids=[tokenizer.eos_token_id], pad_token_id=pad, tokenizer=tokenizer)
-        shrunk, shrunk_s = timed(generate, model, prompts, shrink_batch=True, backend="hf", **stops)
-        padded, padded_s = timed(generate, model, prompts, shrink_batch=False, backend="hf", **stops)
-        report["early_stop"] = {
-            "token_cap": args.stop_tokens,
-            "lengths": sorted(len(r.token_ids) for r in shrunk),
-            "finish_reasons": {k: sum(r.finish_reason == k for r in shrunk) for k in ("stop", "eos", "length")},
-            "same_tokens": [r.token_ids for r in shrunk] == [r.token_ids for r in padded],
-            "shrink_batch_s": round(shrunk_s, 2),
-            "padded_batch_s": round(padded_s, 2),
-        }
+                                   "distinct_prompts_prefill_s": round(best["session_1"], 2)}
+    report["load_avg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(report, indent=2))
 
 
