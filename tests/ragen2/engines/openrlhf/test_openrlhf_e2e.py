@@ -312,12 +312,14 @@ def local_engine_contexts(cfg, model_dir: Path, seeds) -> dict:
 
 def test_a_llama3_turn_closed_by_a_generation_config_eos_trains_the_local_engines_context(tmp_path, extensions_dir,
                                                                                           llama3_model):
-    # Greedy, so both engines sample the same replies. Every turn ends at <|eot_id|>, which only the
+    # At temperature 0.1 the fixture's replies (per-token probability ~0.999, so ~1e-30 for any other
+    # token after the temperature) are the same in both engines; not 0, which OpenRLHF's actor would
+    # divide the logits by. Every turn ends at <|eot_id|>, which only the
     # generation config lists as an EOS (vLLM: finish "stop", stop_reason = its id); before the agent
     # counted it as the end of the turn, the template closed the turn with a second one.
     run = train(tmp_path, extensions_dir, llama3_model, "--env", "sokoban", "--algo", "grpo", "--filter", "none",
-                "--steps", "1", *SMALL, "rollout.max_turns=2", "rollout.temperature=0", "algo.kl_coef=0",
-                "trainer.val_groups=1", "trainer.val_temperature=0")
+                "--steps", "1", *SMALL, "rollout.max_turns=2", "rollout.temperature=0.1", "algo.kl_coef=0",
+                "trainer.val_groups=1", "trainer.val_temperature=0.1")
     cfg = saved_config(run)
     seeds = step_seeds(cfg, 0)
     assert not set(seeds) & set(validation_seeds(cfg))  # the step's episodes are told apart by seed
