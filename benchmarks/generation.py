@@ -2,7 +2,7 @@
 
     python benchmarks/generation.py [--new-tokens 64] [--batch 16] [--repeats 1] [--random-init]
                                     [--threads N] [--dtype float32|bfloat16] [--skip-single]
-                                    [--before COMMIT]
+                                    [--before COMMIT] [--skip-hf-generate]
 
 Side by side in one run, alternating within each repeat so a busy spell hits every side:
   session      `ragen2.rollout.generate`: the model's own forward over the row KV cache (kv_rows.py);
@@ -213,6 +213,7 @@ def main() -> None:
                         help="compute precision of every side (bfloat16: autocast over fp32 weights)")
     parser.add_argument("--skip-single", action="store_true", help="skip the (slow) one-at-a-time runs")
     parser.add_argument("--before", metavar="COMMIT", help="also time the rollout's generate as it was at COMMIT")
+    parser.add_argument("--skip-hf-generate", action="store_true", help="skip Hugging Face `generate` (the slowest side)")
     args = parser.parse_args()
     if args.batch < 1 or args.new_tokens < 2 or args.repeats < 1:
         parser.error("--batch and --repeats must be >= 1 and --new-tokens >= 2 (decode = all tokens but the first)")
@@ -225,7 +226,9 @@ def main() -> None:
     prompts = build_prompts(tokenizer, args.batch)
     pad = tokenizer.pad_token_id if tokenizer is not None else 0
     equal = dict(temperature=1.0, top_p=1.0, stop_strings=(), eos_token_ids=(), pad_token_id=pad, tokenizer=tokenizer)
-    sides = {"session": generate, "hf_loop": hf_loop, "hf_generate": hf_generate}
+    sides = {"session": generate, "hf_loop": hf_loop}
+    if not args.skip_hf_generate:
+        sides["hf_generate"] = hf_generate
     workdir = tempfile.TemporaryDirectory()
     steps = StepTimes(model)
     if args.before:

@@ -7,7 +7,8 @@ Both sides run `rollout` on the bundled SmolLM2-135M-Instruct (fp32) with the sa
 generator seeded alike, one after the other in this process. "old" is the rollout package as
 it was at `--old-commit` (default afa7b6f, before the fast backend: every turn re-prefills each
 episode's whole history through the model's own forward), loaded from `git show` into a
-temporary directory; "new" is the working tree (our forward, each episode's KV cache kept across turns).
+temporary directory; "new" is the working tree (the model's forward over kv_rows, each episode's KV
+cache kept across turns).
 Sampling makes the two runs' texts differ slightly (1e-6 logit noise can move a draw), so
 the report gives each side's sampled tokens and tokens/s beside the seconds.
 """
