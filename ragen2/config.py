@@ -13,8 +13,11 @@ here, naming the key and the allowed values, before any model loads.
 
 The `rollout`, `filter`, `stop` and `probe.collapse` sections are the libraries' own frozen
 dataclasses (ragen2.rollout.RolloutConfig, snr.FilterConfig, snr.StopConfig,
-mi_probe.CollapseDetectorConfig): each field is defined, documented and checked there, once,
-and a field added there is a config key here. This file only picks the training defaults.
+mi_probe.CollapseDetectorConfig): each field is defined, documented, defaulted and checked
+there, once, and a field added there is a config key here.
+
+Every field has one default, in Python beside its documentation (here or in those dataclasses):
+the CPU-sized main job's. `configs/base.yaml` and the presets set only what differs on purpose.
 """
 
 from __future__ import annotations
@@ -40,20 +43,6 @@ from ragen2.presets import CONFIG_DIR, ConfigError, read_yaml  # noqa: F401
 
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _dataclass_defaults(cls, data):
-        """A library-dataclass section given in part takes its other fields from this config's
-        default for it (a YAML layer sets a few keys), not from the library's own defaults."""
-        if not isinstance(data, dict):
-            return data
-        data = dict(data)
-        for name, field in cls.model_fields.items():
-            if isinstance(data.get(name), dict) and dataclasses.is_dataclass(field.annotation):
-                default = field.get_default(call_default_factory=True)
-                data[name] = {f.name: getattr(default, f.name) for f in dataclasses.fields(default)} | data[name]
-        return data
 
 
 class ModelSection(Section):
@@ -95,11 +84,13 @@ class EnvSection(Section):
 
 
 class AlgoSection(Section):
-    # the algorithm's label (run names, reports); set on the command line it picks that algo preset
-    name: str = "ppo"
+    # the algorithm's label (run names, reports); set on the command line it picks that algo preset.
+    # The defaults are the dapo preset's: no critic and no reference model, so a CPU step is one
+    # policy's work (`--algo ppo` adds the critic)
+    name: str = "dapo"
     # gae: PPO with a critic; bilevel_gae: GAE within and across turns (critic); grpo: group-normalised
     # outcome reward, no critic; dr_grpo: group-mean-centred, no std division (Dr. GRPO)
-    advantage: Literal["gae", "bilevel_gae", "grpo", "dr_grpo"] = "gae"
+    advantage: Literal["gae", "bilevel_gae", "grpo", "dr_grpo"] = "grpo"
     gamma: float = Field(1.0, ge=0.0, le=1.0)  # GAE discount over tokens
     lam: float = Field(1.0, ge=0.0, le=1.0)  # GAE lambda over tokens
     turn_gamma: float = Field(0.95, ge=0.0, le=1.0)  # bi-level GAE, across turns
@@ -136,7 +127,7 @@ class OptimSection(Section):
     betas: tuple[float, float] = (0.9, 0.999)  # AdamW betas, both optimisers
     grad_clip: float = Field(1.0, gt=0.0)  # max global gradient norm per optimiser step
     ppo_epochs: int = Field(1, ge=1)  # passes over each step's batch
-    mini_batch_size: int = Field(8, ge=1)  # trajectories per optimiser step
+    mini_batch_size: int = Field(16, ge=1)  # trajectories per optimiser step
     micro_batch_size: int = Field(4, ge=1)  # trajectories per forward/backward (gradient accumulation)
     # mini_batch: each term aggregated over the whole mini-batch (micro-batching changes nothing);
     # micro_batch: over each micro-batch, then averaged over micro-batches, as veRL (RAGEN-2) does
@@ -165,8 +156,8 @@ class TrainerSection(Section):
     run_name: str | None = None  # the run directory's name; None = time-env-algo-filter-seed
     val_every: int = Field(0, ge=0)  # 0 = only at the end
     # also validate the untrained model before step 1, so the final validation has a baseline
-    # ("validation success before → after"); base.yaml turns it on, bench suites use their own validate_before
-    val_before: bool = False
+    # ("validation success before → after"); bench suites turn it off and use their own validate_before
+    val_before: bool = True
     val_groups: int = Field(8, ge=1)  # held-out instances per validation (x rollout.group_size episodes)
     val_temperature: float = Field(0.5, ge=0.0)  # sampling temperature of validation
     save_every: int = Field(0, ge=0)  # 0 = only at the end
@@ -188,7 +179,7 @@ class TrainerSection(Section):
 
 class ProbeSection(Section):
     every: int = Field(5, ge=0)  # MI probe every N steps, on the pre-filter batch; 0 = off
-    num_samples: int = Field(64, ge=2)  # (prompt, segment) rows cross-scored per probe, at most
+    num_samples: int = Field(16, ge=2)  # (prompt, segment) rows cross-scored per probe, at most (paper: 64)
     mode: Literal["first_turn", "trajectory"] = "first_turn"  # score the first turn, or one sampled turn per trajectory
     # what is scored under the prompts: reasoning (RAGEN-2) = the text between <think> and </think>;
     # reply = every sampled token of the turn, for answer-only mode or a model that rarely closes </think>;
@@ -222,13 +213,12 @@ class OpenRLHFSection(Section):
 class Config(Section):
     model: ModelSection = Field(default_factory=ModelSection)
     env: EnvSection = Field(default_factory=EnvSection)
-    # CPU-sized where the library's defaults are GPU-sized
-    rollout: RolloutConfig = Field(default_factory=lambda: RolloutConfig(
-        group_size=4, max_turns=1, max_new_tokens=96, window_turns=2, max_context_tokens=2048))
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     algo: AlgoSection = Field(default_factory=AlgoSection)
-    filter_preset: str = "none"  # the filter preset's name, for labels and run names
-    # no filter unless one is asked for (the library's default is RAGEN-2's recommended one)
-    filter: FilterConfig = Field(default_factory=lambda: FilterConfig(strategy="none", value=1.0, include_zero=True))
+    # the filter preset's name, for labels and run names; where the filter differs from that preset
+    # the label says how ("ragen2-main+value=1.0", see presets.derived_labels)
+    filter_preset: str = "none"
+    filter: FilterConfig = Field(default_factory=FilterConfig)  # no filter unless one is asked for
     stop: StopConfig = Field(default_factory=StopConfig)  # when to stop a run the filter finds no signal in
     optim: OptimSection = Field(default_factory=OptimSection)
     trainer: TrainerSection = Field(default_factory=TrainerSection)
@@ -270,14 +260,12 @@ def _merge(base: dict, update: dict) -> dict:
 
 def _parse_override(item: str) -> dict:
     """`a.b.c=value` → {"a": {"b": {"c": value}}}; the value is read as YAML (numbers, bools, null)."""
-    key, sep, raw = item.partition("=")
-    if not sep or not key.strip():
-        raise ConfigError(f"override {item!r} is not KEY=VALUE (e.g. trainer.total_steps=50)")
+    key, raw = presets.key_value(item)
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
-    parts = key.strip().split(".")
+    parts = key.split(".")
     nested: Any = value
     for part in reversed(parts):
         nested = {part: nested}
@@ -360,9 +348,14 @@ def upgrade_saved(data: dict) -> dict:
     return data
 
 
-def saved_config(path: Path) -> Config:
-    """The config a run directory's config.yaml holds, written by this version or an earlier one."""
-    return build_config(upgrade_saved(read_yaml(Path(path))))
+def saved_config(path: Path, overrides: list[str] = ()) -> Config:
+    """The config a run recorded (its config.yaml, written by this version or an earlier one), with
+    dotted `overrides` applied over it and validated once: what `--resume` continues with. Presets
+    do not apply (the run's settings are already resolved) and the run keeps its labels."""
+    data = upgrade_saved(read_yaml(Path(path)))
+    for item in overrides:
+        data = _merge(data, _parse_override(item))
+    return build_config(data)
 
 
 def load_config(*, env: str | None = None, algo: str | None = None, filter: str | None = None,
@@ -387,7 +380,11 @@ def load_config(*, env: str | None = None, algo: str | None = None, filter: str 
     preset_algo = (data.get("algo") or {}).get("name")
     for path in extra:
         data = _merge(data, read_yaml(presets.config_file(path)))
-    presets.check_algo_label(data, preset_algo)
+    file_algo = (data.get("algo") or {}).get("name")  # overrides cannot rename it (presets.choice)
     for item in overrides:
         data = _merge(data, _parse_override(item))
-    return build_config(data)
+    cfg = build_config(data)
+    presets.check_algo_label(file_algo, preset_algo, cfg.algo.advantage)
+    labels = presets.derived_labels(cfg)  # a preset's name only on that preset's settings
+    cfg.filter_preset, cfg.algo.name = labels["filter_preset"], labels["algo.name"]
+    return cfg

@@ -30,6 +30,20 @@ class ConfigError(ValueError):
     """A config that cannot be built; the message names the key."""
 
 
+def key_value(item: str, flag: str = "override", example: str = "trainer.total_steps=50") -> tuple[str, str]:
+    """`KEY=VALUE` -> (KEY stripped, VALUE as written): the one reader of the command line's
+    assignments (dotted overrides, --env-arg, --env-override). Not one: a ConfigError naming `flag`."""
+    key, sep, value = item.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"{flag} {item!r} is not KEY=VALUE (e.g. {example})")
+    return key.strip(), value
+
+
+def key_values(items, flag: str, example: str) -> dict[str, str]:
+    """Several `KEY=VALUE` items as a dict, the last of a repeated key winning."""
+    return dict(key_value(item, flag, example) for item in items)
+
+
 def read_yaml(path: Path) -> dict:
     try:
         data = yaml.safe_load(path.read_text()) or {}
@@ -99,31 +113,30 @@ def choice(section: str, given: str | None, overrides) -> tuple[str | None, list
     and `algo.name=X` the algo preset X as `--algo X`: a name alone would only relabel the run (a run
     named ppo without a critic). Returns the choice and the overrides without `algo.name`."""
     key = f"{section}.name"
-    named = [item.partition("=")[2].strip() for item in overrides if item.partition("=")[0].strip() == key]
+    named = [key_value(item)[1].strip() for item in overrides if key_value(item)[0] == key]
     if not named:
         return given, list(overrides)
     if given is not None and preset_key(named[-1]) != preset_key(given):
         raise ConfigError(f"the {section} is given twice: --{section} {given} and {key}={named[-1]}; give it once")
     if section == "algo":  # the preset's own spelling names the run
-        overrides = [item for item in overrides if item.partition("=")[0].strip() != key]
+        overrides = [item for item in overrides if key_value(item)[0] != key]
     return given or named[-1], list(overrides)
 
 
-def check_algo_label(data: dict, preset_name: str | None) -> None:
-    """A layer after the presets (a --config file) that renames the algo to an algo preset's name
-    must also have that preset's estimator: `algo: {name: ppo}` over dapo's settings trains no critic."""
-    name = (data.get("algo") or {}).get("name")
+def check_algo_label(name, preset_name: str | None, advantage: str) -> None:
+    """A layer after the presets (a --config file) that renames the algo (`name`) to an algo
+    preset's name must also have that preset's estimator (`advantage`, as resolved): `algo: {name:
+    ppo}` over dapo's settings trains no critic."""
     if not isinstance(name, str) or name == preset_name:
         return
     by_key = {preset_key(p.stem): p for p in (CONFIG_DIR / "algos").glob("*.yaml")}
     if preset_key(name) not in by_key:
         return  # a label of the user's own
-    preset = read_yaml(by_key[preset_key(name)]).get("algo", {})
-    wanted, have = preset.get("advantage"), (data.get("algo") or {}).get("advantage")
-    if have is not None and wanted is not None and have != wanted:
+    wanted = read_yaml(by_key[preset_key(name)]).get("algo", {}).get("advantage")
+    if wanted is not None and advantage != wanted:
         stem = by_key[preset_key(name)].stem
         raise ConfigError(f"algo.name={name} names the {stem} preset (algo.advantage={wanted}), but the config "
-                          f"has algo.advantage={have}: the name would only relabel the run. Pick the algorithm "
+                          f"has algo.advantage={advantage}: the name would only relabel the run. Pick the algorithm "
                           f"with --algo {stem}, or give these settings a name of their own (algo.name=...)")
 
 
@@ -150,3 +163,34 @@ def config_file(name: str | Path) -> Path:
             pass
     raise ConfigError(f"config file {name} does not exist; bundled configs (--config NAME): "
                       f"{', '.join(bundled_configs())}")
+
+
+def _label_value(value) -> str:
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _derived(label: str, wanted: dict, have: dict) -> str:
+    """`label` plus each of `have`'s settings that differs from `wanted` (the preset's, by key):
+    `ragen2-main+value=1.0`."""
+    changed = [f"{key}={_label_value(value)}" for key, value in have.items()
+               if key != "name" and key in wanted and wanted[key] != value]
+    return "+".join([label, *changed])
+
+
+def derived_labels(cfg) -> dict[str, str]:
+    """The labels a run's config names itself by, said from its settings. `filter_preset` and
+    `algo.name` that name a preset whose settings the config no longer has (the paper config's
+    advice `filter.value=1.0`, an `algo.advantage=` override) get the difference appended, so an
+    unfiltered run is never labelled ragen2-main; labels of the user's own stay as they are.
+    Returns {"filter_preset": ..., "algo.name": ...}."""
+    filters = {preset_key(p.stem): p for p in preset_dir("filters").glob("*.yaml")}
+    algos = {preset_key(p.stem): p for p in (CONFIG_DIR / "algos").glob("*.yaml")}
+    filter_label, algo_label = cfg.filter_preset, cfg.algo.name
+    if preset_key(filter_label) in filters:  # the fields that change what this filter keeps
+        wanted = snr.load_preset(filters[preset_key(filter_label)]).to_dict()
+        filter_label = _derived(filter_label, wanted, cfg.filter.deciding_fields())
+    if preset_key(algo_label) in algos:  # the settings the algo preset makes
+        wanted = read_yaml(algos[preset_key(algo_label)]).get("algo", {})
+        have = cfg.algo.model_dump()
+        algo_label = _derived(algo_label, wanted, {key: have[key] for key in wanted if key in have})
+    return {"filter_preset": filter_label, "algo.name": algo_label}

@@ -81,16 +81,17 @@ class FilterConfig:
     ddof          1 (default) divides by G - 1: the unbiased estimate of Var(R|x),
                   and what torch.std (RAGEN's std) computes; 0 divides by G.
 
-    The default is RAGEN-2's recommended filter: linear top-p 0.9 on the reward
-    variance, zero-spread groups dropped.
+    The default keeps every group (no filter: the training config's default too).
+    RAGEN-2's recommended filter, linear top-p 0.9 on the reward variance with
+    zero-spread groups dropped, is the ``snr-top-p`` preset.
     """
 
-    strategy: Strategy = "top_p"
-    value: float = 0.9
+    strategy: Strategy = "none"
+    value: float = 1.0
     metric: Metric = "reward_variance"
     order: Order = "largest"
     top_p_mode: TopPMode = "linear"
-    include_zero: bool = False
+    include_zero: bool = True
     eps: float = 0.01
     ddof: Ddof = 1
 
@@ -148,6 +149,16 @@ class FilterConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def deciding_fields(self) -> dict[str, Any]:
+        """The fields that decide what this strategy keeps: strategy none keeps every group
+        whatever the rest say; top_p_mode and eps matter to top_p only (eps to linear top_p)."""
+        if self.strategy == "none":
+            return {"strategy": self.strategy}
+        ignored = set() if self.strategy == "top_p" else {"top_p_mode", "eps"}
+        if self.strategy == "top_p" and self.top_p_mode == "softmax":
+            ignored.add("eps")
+        return {key: value for key, value in self.to_dict().items() if key not in ignored}
 
 
 def preset_key(name: str) -> str:

@@ -269,7 +269,8 @@ def select_groups(rewards: Any, config: FilterConfig | None = None, scores: Any 
 
     rewards  float tensor [num_groups, group_size]: row i holds the G rollout
              rewards of prompt i. Any device; it is read, never modified.
-    config   a :class:`FilterConfig` (default: linear top-p 0.9 on the variance).
+    config   a :class:`FilterConfig` (default: keep every group; ``load_preset("snr-top-p")``
+             is RAGEN-2's recommended filter).
     scores   with metric "given": one score per group (e.g. mean entropy or
              length) to rank by instead of the reward spread.
 

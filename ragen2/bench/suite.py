@@ -281,7 +281,9 @@ def expand(suite: Suite, out: Path, extra_overrides: list[str] = ()) -> list[Cel
                                  f"variant={variant or '-'} seed={seed}: {error}") from None
             matrix_cells.append(Cell(
                 name="", matrix=matrix["name"], env=_label(env, cfg.env.name), algo=_label(algo, cfg.algo.name),
-                filter=_label(filter_name, cfg.filter_preset), variant=variant, model=_model_label(cfg.model.name),
+                # the preset's name without a variant's changes (`starpo-s+value=0.5`): the variant names those
+                filter=_label(filter_name, cfg.filter_preset.partition("+")[0]), variant=variant,
+                model=_model_label(cfg.model.name),
                 seed=seed, compare=matrix.get("compare", "filter"), overrides=overrides, presets=presets, config=cfg,
                 run_dir=Path(), baseline=""))
         treatments = list(dict.fromkeys(c.treatment for c in matrix_cells))

@@ -12,6 +12,7 @@ from typing import get_args
 import envs
 from ragen2.commands import COMMANDS
 from ragen2.config import ProbeSection
+from ragen2.presets import key_values
 from ragen2.reports.audit_verdict import AuditSettings
 from ragen2.run_dir import AUDIT_DIR, CONFIG_FILE
 
@@ -107,12 +108,7 @@ def _runs(args) -> int:
 def _env_factory(name: str, typed: dict, raw_overrides: list[str]):
     """An env builder: `typed` overrides (a run's config) then `KEY=VALUE` strings from the command line."""
     entry = envs.spec(name)
-    raw = {}
-    for item in raw_overrides:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--env-arg {item!r} is not KEY=VALUE")
-        raw[key] = value
+    raw = key_values(raw_overrides, "--env-arg", "--env-arg dim_x=8")
     config = entry.make_config(**{**typed, **envs.coerce_overrides(entry, raw)})
     return lambda: entry.env_cls(config)
 

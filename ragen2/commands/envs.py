@@ -13,6 +13,7 @@ from envs.base import EnvConfig, EnvConfigError, TextEnv
 from envs.parsing import ANSWER_OPEN, format_response
 from envs.prompt import after_turn, first_turn_messages, render_messages
 from ragen2.commands import COMMANDS
+from ragen2.presets import ConfigError, key_values
 
 DEFAULT_ENV = "sokoban"
 SHARED_FIELDS = {f.name for f in dataclasses.fields(EnvConfig)}
@@ -64,12 +65,10 @@ def _make_env(args) -> TextEnv:
     name, overrides = args.name, [*getattr(args, "env_args", []), *args.overrides]
     if "=" in name:  # `ragen2 envs show dim_x=8`: an override, not a name
         name, overrides = DEFAULT_ENV, [name, *overrides]
-    raw = {}
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise EnvConfigError(f"override {item!r} is not KEY=VALUE")
-        raw[key] = value
+    try:
+        raw = key_values(overrides, "override", "dim_x=8")
+    except ConfigError as error:
+        raise EnvConfigError(str(error)) from None
     entry = envs.spec(name)
     return entry.env_cls(entry.make_config(**envs.coerce_overrides(entry, raw)))
 

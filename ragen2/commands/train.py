@@ -19,10 +19,10 @@ import sys
 import time
 from pathlib import Path
 
-import yaml
 
 from ragen2.commands import COMMANDS
-from ragen2.config import ConfigError, _merge, _parse_override, build_config, load_config, upgrade_saved
+from ragen2.config import ConfigError, load_config, saved_config
+from ragen2.presets import key_value, key_values
 from ragen2.engines.openrlhf import launch as openrlhf_launch
 from ragen2.run_dir import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, RunDirectoryGone, has_run
 
@@ -71,17 +71,14 @@ def compose(args):
     """Build and validate the config (before any model loads); returns (config, run_dir, resume)."""
     presets = {key: getattr(args, key) for key in GROUP_KEYS}
     overrides = []
-    for item in args.overrides:
-        key, sep, value = item.partition("=")
-        if sep and key in GROUP_KEYS:
+    for item in args.overrides:  # `env=sokoban` picks a preset as --env does; the rest are dotted overrides
+        key, value = key_value(item)
+        if key in GROUP_KEYS:
             presets[key] = value
         else:
             overrides.append(item)
-    for item in getattr(args, "env_arg", []):
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"--env-arg {item!r} is not KEY=VALUE (e.g. --env-arg dim_x=8)")
-        overrides.append(f"env.overrides.{key.strip()}={value}")
+    for key, value in key_values(getattr(args, "env_arg", []), "--env-arg", "--env-arg dim_x=8").items():
+        overrides.append(f"env.overrides.{key}={value}")
     flags = {"model.name": args.model, "trainer.out": args.out, "trainer.seed": args.seed,
              "trainer.total_steps": args.steps,
              "trainer.print_completions": True if getattr(args, "show_completions", False) else None}
@@ -89,15 +86,11 @@ def compose(args):
 
     if args.resume:
         run_dir = Path(args.resume)
-        saved = run_dir / CONFIG_FILE
-        if not saved.is_file():
+        if not (run_dir / CONFIG_FILE).is_file():
             raise ConfigError(f"--resume {run_dir}: no {CONFIG_FILE} there (is it a run directory?)")
         if any(presets.values()) or args.config:
             raise ConfigError("--resume continues a run with its saved config; presets cannot change")
-        data = upgrade_saved(yaml.safe_load(saved.read_text()) or {})
-        for item in overrides:
-            data = _merge(data, _parse_override(item))
-        cfg = build_config(data)
+        cfg = saved_config(run_dir / CONFIG_FILE, overrides)
         _check_resumable(run_dir, cfg)
         return cfg, run_dir, True
 

@@ -1,7 +1,8 @@
 """The rollout's settings: one frozen dataclass, checked when it is built.
 
 It is also the `rollout:` section of the training config (ragen2.config), so each field is
-defined and documented here once; the training config only picks different defaults.
+defined, documented and defaulted here once. The defaults are the CPU-sized main job's (Bandit,
+one turn, the bundled 135M model); presets (configs/envs, configs/paper) set larger ones.
 """
 
 from __future__ import annotations
@@ -52,14 +53,14 @@ class RolloutConfig:
     """
 
     num_groups: int = 4
-    group_size: int = 8
-    max_turns: int = 5
-    max_new_tokens: int = 128
+    group_size: int = 4
+    max_turns: int = 1
+    max_new_tokens: int = 32
     temperature: float = 1.0
     top_p: float = 1.0
     context: ContextMode = "full"
-    window_turns: int = 1
-    max_context_tokens: int = 4096
+    window_turns: int = 2
+    max_context_tokens: int = 2048
     max_response_words: int | None = None
     stop_strings: tuple[str, ...] = STOP_STRINGS
     prefill_tag: bool = True

@@ -39,7 +39,9 @@ def test_types_defaults_and_meanings_come_from_the_models():
     keys = {key.key: key for key in config_reference.keys()}
     assert keys["trainer.total_steps"].type == "int (>= 1)"
     assert keys["algo.advantage"].type == "one of gae, bilevel_gae, grpo, dr_grpo"
-    assert (keys["rollout.max_new_tokens"].default, keys["rollout.max_new_tokens"].field_default) == ("32", "96")
+    assert (keys["rollout.max_new_tokens"].default, keys["rollout.max_new_tokens"].field_default) == ("32", "")
+    # base.yaml sets only what it changes on purpose, and the reference shows the Python default beside it
+    assert (keys["env.overrides"].default, keys["env.overrides"].field_default) == ('{"require_think": false}', "{}")
     assert keys["filter.ddof"].meaning.startswith("1 (default) divides by G - 1")  # snr.FilterConfig's docstring
     assert keys["rollout.window_turns"].meaning == "see context"
     assert "veRL's critic.cliprange_value" in keys["algo.value_clip"].meaning  # the comment beside the field

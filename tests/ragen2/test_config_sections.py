@@ -60,13 +60,14 @@ def test_a_field_added_to_a_library_config_becomes_a_config_key():
         load_config(overrides=["filter.warmup_steps=3"])
 
 
-def test_a_partial_section_keeps_the_training_defaults_not_the_librarys():
+def test_a_partial_section_takes_the_one_default_of_each_other_field():
+    # one default per field, the library dataclass's: no second one in ragen2.config or base.yaml
     cfg = load_config(overrides=["filter.strategy=top_k", "filter.value=0.25"])
-    assert cfg.filter == snr.FilterConfig(strategy="top_k", value=0.25, include_zero=True)  # library: false
-    assert snr.FilterConfig().include_zero is False
+    assert cfg.filter == snr.FilterConfig(strategy="top_k", value=0.25) and cfg.filter.include_zero is True
     cfg = load_config(overrides=["rollout.temperature=0.7"])
+    assert cfg.rollout == dataclasses.replace(RolloutConfig(), temperature=0.7)
     assert (cfg.rollout.group_size, cfg.rollout.max_new_tokens, cfg.rollout.max_context_tokens) == (4, 32, 2048)
-    assert build_config({}).rollout.max_new_tokens == 96 and RolloutConfig().max_new_tokens == 128
+    assert build_config({}).rollout == RolloutConfig() and build_config({}).filter == snr.FilterConfig()
 
 
 @pytest.mark.parametrize("override, message", [
@@ -127,3 +128,14 @@ def test_resume_of_a_run_written_by_the_earlier_layout_reads_its_config(tmp_path
     err = capsys.readouterr().err
     # the config was read (an override in the new layout on top): what stops it is the missing checkpoint
     assert "no complete checkpoint there" in err and "invalid config" not in err
+
+
+def test_a_saved_config_takes_overrides_and_keeps_its_labels(tmp_path):
+    # what --resume continues with: the recorded config, dotted overrides over it, no preset layer
+    saved = tmp_path / "config.yaml"
+    saved.write_text(load_config(extra=["paper/ragen2-main"], overrides=["filter.value=1.0"]).to_yaml())
+    cfg = saved_config(saved, ["trainer.total_steps=900"])
+    assert cfg.trainer.total_steps == 900 and cfg.filter.value == 1.0
+    assert cfg.filter_preset == "ragen2-main+value=1.0" and cfg.rollout.max_new_tokens == 400
+    with pytest.raises(ConfigError, match="override 'trainer' is not KEY=VALUE"):
+        saved_config(saved, ["trainer"])

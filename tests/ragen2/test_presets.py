@@ -73,3 +73,17 @@ def test_an_unknown_config_lists_the_bundled_ones(tmp_path):
         load_config(extra=["paper/ragen2-mian"])
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(extra=[tmp_path / "missing.yaml"])
+
+
+def test_a_label_names_a_preset_only_on_that_presets_settings():
+    # the paper config's own advice for its no-filter column must not leave the run named ragen2-main
+    cfg = load_config(extra=["paper/ragen2-main"], overrides=["filter.value=1.0"])
+    assert cfg.filter.value == 1.0 and cfg.filter_preset == "ragen2-main+value=1.0"
+    assert load_config(extra=["paper/ragen2-main"]).filter_preset == "ragen2-main"
+    cfg = load_config(overrides=["filter.strategy=top_k", "filter.value=0.25"])  # a filter under the label none
+    assert cfg.filter_preset == "none+strategy=top_k+value=0.25"
+    cfg = load_config(algo="ppo", overrides=["algo.advantage=bilevel_gae"])
+    assert cfg.algo.name == "ppo+advantage=bilevel_gae" and cfg.algo.uses_critic
+    own = load_config(overrides=["filter_preset=mine", "filter.strategy=top_k", "filter.value=0.5"])
+    assert own.filter_preset == "mine"  # a label of one's own is left alone
+    assert (load_config().algo.name, load_config().filter_preset) == ("dapo", "none")

@@ -20,8 +20,14 @@ from snr import FilterConfig, FilterConfigError, FilterInputError, StopConfig, S
 REWARDS = torch.tensor([[0.0, 0, 0, 1], [1, 1, 1, 1], [0, 2, 0, 2], [0, 0, 1, 1]])
 
 
+def recommended(**changes):
+    """RAGEN-2's recommended filter (the snr-top-p preset: linear top-p 0.9 on the variance,
+    zero-spread groups dropped) with `changes`; FilterConfig's own default keeps every group."""
+    return FilterConfig(**{"strategy": "top_p", "value": 0.9, "include_zero": False, **changes})
+
+
 def kept(rewards, scores=None, **cfg):
-    return select_groups(rewards, FilterConfig(**cfg), scores=scores).kept.tolist()
+    return select_groups(rewards, recommended(**cfg), scores=scores).kept.tolist()
 
 
 def given_kept(scores, **cfg):
@@ -69,7 +75,7 @@ def test_equal_rewards_have_exactly_zero_spread():
 def test_top_p_linear_by_variance_with_metrics():
     # slack 0.01 * (23/12) / 2.23205 (summed std) = 0.00859, the share of the total RAGEN's 0.01
     # is of the summed std; threshold 0.8 * 23/12 - 0.00859 = 1.5247; 4/3 < it, 5/3 >= it -> 2, 3.
-    sel = select_groups(REWARDS, FilterConfig(value=0.8, include_zero=True))
+    sel = select_groups(REWARDS, recommended(value=0.8, include_zero=True))
     assert sel.kept.tolist() == [2, 3] and not sel.skip
     assert sel.scores.tolist() == pytest.approx([0.25, 0.0, 4 / 3, 1 / 3])
     m = sel.metrics
@@ -107,14 +113,14 @@ def test_top_p_linear_given_scores(scores, p, expected):
 
 def test_top_p_linear_skips_when_total_spread_is_zero_or_below_eps():
     all_equal = torch.tensor([[1.0, 1.0], [0.0, 0.0], [2.0, 2.0]])
-    sel = select_groups(all_equal, FilterConfig(value=0.9, include_zero=True))
+    sel = select_groups(all_equal, recommended(value=0.9, include_zero=True))
     assert sel.skip and sel.kept.numel() == 0
     assert sel.metrics["snr/skipped"] == 1.0 and sel.metrics["snr/kept_reward_std_mean"] == 0.0
     assert sel.metrics["snr/kept_reward_variance_share"] == 0.0
     # std([0, 0.01]) = 0.00707: 0.9 * 0.00707 < eps 0.01, so the threshold p * var - slack
     # (slack 0.01 * var / std) is below 0 on the variance as on the std: nothing worth keeping.
     tiny = torch.tensor([[0.0, 0.01]])
-    assert select_groups(tiny, FilterConfig()).skip and select_groups(tiny, FilterConfig(metric="reward_std")).skip
+    assert select_groups(tiny, recommended()).skip and select_groups(tiny, recommended(metric="reward_std")).skip
 
 
 def test_small_real_variance_is_kept_not_skipped():
@@ -127,10 +133,10 @@ def test_small_real_variance_is_kept_not_skipped():
     for preset in ("snr-top-p", "snr-top-p-std"):
         sel = select_groups(rewards, snr.load_preset(preset))
         assert not sel.skip and sel.kept.tolist() == [5], preset
-    assert snr.selection.linear_top_p_slack(FilterConfig(), torch.tensor([0.0025]), torch.tensor([0.05])) == (
+    assert snr.selection.linear_top_p_slack(recommended(), torch.tensor([0.0025]), torch.tensor([0.05])) == (
         pytest.approx(0.0005))
     # std and caller scores keep RAGEN's absolute eps
-    assert snr.selection.linear_top_p_slack(FilterConfig(metric="reward_std"), torch.tensor([5.0]),
+    assert snr.selection.linear_top_p_slack(recommended(metric="reward_std"), torch.tensor([5.0]),
                                             torch.tensor([5.0])) == 0.01
 
 
@@ -139,7 +145,7 @@ def test_ddof_changes_the_spread_scale_and_so_the_eps_cutoff():
     # p * summed std <= eps: 0.0127 > 0.01 (keep), 0.009 <= 0.01 (skip).
     rewards = torch.tensor([[0.0, 0.02]])
     assert kept(rewards, ddof=1) == [0]
-    assert select_groups(rewards, FilterConfig(ddof=0)).skip
+    assert select_groups(rewards, recommended(ddof=0)).skip
 
 
 def test_top_p_one_keeps_every_candidate():
@@ -158,7 +164,7 @@ def test_top_p_softmax_ties_and_all_zero_spread_never_empty():
     assert kept(all_equal, value=0.5, top_p_mode="softmax", include_zero=True) == [0, 1]
     assert kept(all_equal, value=0.9, top_p_mode="softmax", include_zero=True) == [0, 1, 2]
     # With zero-spread groups dropped there is nothing left to keep.
-    assert select_groups(all_equal, FilterConfig(top_p_mode="softmax", include_zero=False)).skip
+    assert select_groups(all_equal, recommended(top_p_mode="softmax", include_zero=False)).skip
 
 
 def test_top_p_softmax_exact_boundary_ties_keep_the_shortest_prefix():
@@ -231,7 +237,7 @@ def test_min_p_largest():
 
 def test_none_keeps_everything_even_single_rollouts():
     rewards = torch.tensor([[1.0], [0.0], [1.0]])  # G = 1: no spread, but no ranking either
-    sel = select_groups(rewards, FilterConfig(strategy="none", include_zero=True))
+    sel = select_groups(rewards, recommended(strategy="none", include_zero=True))
     assert sel.kept.tolist() == [0, 1, 2] and not sel.skip
     assert sel.metrics["snr/reward_std_max"] == 0.0
 
@@ -239,18 +245,18 @@ def test_none_keeps_everything_even_single_rollouts():
 def test_single_group():
     assert kept(torch.tensor([[0.0, 1.0]])) == [0]  # threshold 0.44 <= 0.5
     assert kept(torch.tensor([[0.0, 1.0]]), strategy="top_k", value=0.25) == [0]
-    assert select_groups(torch.tensor([[1.0, 1.0]]), FilterConfig()).skip
+    assert select_groups(torch.tensor([[1.0, 1.0]]), recommended()).skip
 
 
 def test_given_scores_and_int_rewards_and_masks():
     rewards = torch.tensor([[0, 1], [1, 1], [0, 1]])  # ints are accepted
-    sel = select_groups(rewards, FilterConfig(metric="given", strategy="top_k_abs", value=1, include_zero=True),
+    sel = select_groups(rewards, recommended(metric="given", strategy="top_k_abs", value=1, include_zero=True),
                         scores=torch.tensor([0.5, 9.0, 2.0]))
     assert sel.kept.tolist() == [1] and sel.scores.tolist() == [0.5, 9.0, 2.0]
     assert sel.group_mask().tolist() == [False, True, False]
     assert sel.sample_mask(2).tolist() == [False, False, True, True, False, False]
     # include_zero=False drops zero *reward* spread even when ranking by a given score.
-    sel = select_groups(rewards, FilterConfig(metric="given", strategy="top_k_abs", value=1, include_zero=False),
+    sel = select_groups(rewards, recommended(metric="given", strategy="top_k_abs", value=1, include_zero=False),
                         scores=[0.5, 9.0, 2.0])
     assert sel.kept.tolist() == [2]
 
@@ -270,19 +276,19 @@ def test_given_scores_and_int_rewards_and_masks():
 )
 def test_bad_rewards(rewards, match):
     with pytest.raises(FilterInputError, match=match):
-        select_groups(rewards, FilterConfig())
+        select_groups(rewards, recommended())
 
 
 def test_bad_scores():
     rewards = torch.tensor([[0.0, 1.0], [1.0, 0.0]])
     with pytest.raises(FilterInputError, match="pass scores"):
-        select_groups(rewards, FilterConfig(metric="given"))
+        select_groups(rewards, recommended(metric="given"))
     with pytest.raises(FilterInputError, match="use metric 'given'"):
-        select_groups(rewards, FilterConfig(), scores=[1.0, 2.0])
+        select_groups(rewards, recommended(), scores=[1.0, 2.0])
     with pytest.raises(FilterInputError, match="one score per group \\(2\\)"):
-        select_groups(rewards, FilterConfig(metric="given"), scores=[1.0, 2.0, 3.0])
+        select_groups(rewards, recommended(metric="given"), scores=[1.0, 2.0, 3.0])
     with pytest.raises(FilterInputError, match="first at group 1"):
-        select_groups(rewards, FilterConfig(metric="given"), scores=[1.0, float("nan")])
+        select_groups(rewards, recommended(metric="given"), scores=[1.0, float("nan")])
     with pytest.raises(FilterInputError, match="must be a FilterConfig"):
         select_groups(rewards, {"strategy": "top_p"})
 
@@ -312,7 +318,7 @@ def test_bad_scores():
 )
 def test_bad_config(fields, match):
     with pytest.raises(FilterConfigError, match=match):
-        FilterConfig(**fields)
+        recommended(**fields)
 
 
 # ---------------------------------------------------------------- presets
@@ -322,9 +328,9 @@ def test_presets_load_and_validate():
     assert {"none", "starpo-s", "snr-top-p", "snr-top-k", "snr-min-p"} <= set(names)
     for name in names:
         assert isinstance(snr.load_preset(name), FilterConfig)
-    assert snr.load_preset("starpo-s") == FilterConfig(
+    assert snr.load_preset("starpo-s") == recommended(
         strategy="top_k", value=0.25, metric="reward_std", include_zero=True)
-    assert snr.load_preset("snr-top-p") == FilterConfig(
+    assert snr.load_preset("snr-top-p") == recommended(
         strategy="top_p", value=0.9, metric="reward_variance", top_p_mode="linear", include_zero=False)
     assert snr.load_preset("none").strategy == "none"
     assert snr.load_preset("SNR_top_p") == snr.load_preset("snr-top-p")  # case, _ and - ignored
@@ -411,7 +417,7 @@ def test_spread_required_and_finite_on_trained_steps():
 
 def test_observe_reads_a_selection():
     policy = StopPolicy()
-    sel = select_groups(REWARDS, FilterConfig())
+    sel = select_groups(REWARDS, recommended())
     assert not policy.observe(sel).stop
     assert policy.baseline_spreads == [pytest.approx(sel.metrics["snr/reward_std_mean"])]
 
@@ -472,7 +478,7 @@ configs = st.one_of(
 @given(rewards=batches(), cfg=configs, include_zero=st.booleans(), order=st.sampled_from(["largest", "smallest"]),
        metric=st.sampled_from(["reward_variance", "reward_std"]))
 def test_selection_properties(rewards, cfg, include_zero, order, metric):
-    cfg = FilterConfig(**{**cfg.to_dict(), "include_zero": include_zero, "order": order, "metric": metric})
+    cfg = recommended(**{**cfg.to_dict(), "include_zero": include_zero, "order": order, "metric": metric})
     sel = select_groups(rewards, cfg)
     k = sel.kept.tolist()
     assert k == sorted(set(k)) and all(0 <= i < rewards.shape[0] for i in k)
@@ -513,3 +519,10 @@ def test_low_validation_rule_off_and_old_states_load():
     StopPolicy().load_state_dict(old)
     with pytest.raises(ValueError, match="low_val_success must be in"):
         StopConfig(low_val_success=1.5)
+
+
+def test_the_default_filter_keeps_every_group_and_the_recommended_one_is_a_preset():
+    # one default per field: the training config's (no filter); RAGEN-2's recommendation is snr-top-p
+    assert FilterConfig() == snr.load_preset("none")
+    assert select_groups(REWARDS).kept.tolist() == [0, 1, 2, 3]
+    assert snr.load_preset("snr-top-p") == recommended()

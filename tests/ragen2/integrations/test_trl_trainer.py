@@ -115,7 +115,7 @@ def _weights(model):
 
 def test_a_skipped_step_changes_no_weight_and_repeated_skips_stop(make_trainer):
     trainer = make_trainer(constant, max_steps=4, weight_decay=0.1,
-                           snr_filter=snr.FilterConfig(), mi_probe=None)
+                           snr_filter=snr.load_preset("snr-top-p"), mi_probe=None)
     trainer.ragen2_filter.stop_policy.config = snr.StopConfig(max_consecutive_skips=2)
     before = _weights(trainer.model)
     trainer.train()
