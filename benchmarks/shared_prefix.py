@@ -1,6 +1,7 @@
 """Shared-prefix passes on and off, side by side in one run: old log-probs and the update.
 
     python benchmarks/shared_prefix.py [--threads auto|N] [--repeats 2] [--env NAME] [--algo NAME]
+                                       [--whole-step] [--skip-phases]
                                        [--out docs/benchmarks/shared_prefix.json] [KEY=VALUE ...]
 
 Model: the bundled SmolLM2-135M-Instruct on CPU, in the precision `model.dtype=auto` resolves to
@@ -18,13 +19,22 @@ machine hits both):
 
 Each phase reports its seconds (best of the repeats counts), the tokens fed to the decoder
 (padding included) and the process's peak resident memory during the phase (VmHWM, reset before
-each phase through /proc/self/clear_refs). Prints one JSON object and writes it to `--out`.
+each phase through /proc/self/clear_refs).
+
+`--whole-step`: also whole training steps, `trainer.train_step` as `ragen2 train` runs its first
+step (rollout, MI probe if due at step 0, filter, old log-probs if the config needs them, update;
+the probe runs at step 0 unless `probe.every=0`), off and on alternating after one warm-up step.
+Every timed step starts from the same weights, a fresh optimiser and the same sampling seed, so
+both sides roll out the same tokens; each side reports its phase seconds (`time/*`, `probe/time_s`)
+and the step's, and the JSON says which phase dominates what is left with the switch on.
+`--skip-phases` measures only the whole steps. Prints one JSON object and writes it to `--out`.
 """
 
 from __future__ import annotations
 
 import argparse
 import ctypes
+import tempfile
 import json
 import os
 import subprocess
@@ -38,7 +48,6 @@ from ragen2 import seeding
 from ragen2.bench.machine import machine_info
 from ragen2.config import load_config
 from ragen2.engines.local import learner
-from ragen2.engines.local import shared_prefix as prefix_lib
 from ragen2.engines.local import trainer
 from ragen2.rollout import rollout
 
@@ -156,38 +165,12 @@ def pick_threads(choice: str) -> tuple[int, str]:
     return torch.get_num_threads(), f"auto: load average {load:.1f} on {cores} cores, torch's default"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--threads", default="auto", help="torch threads, or auto: 1 when the machine is busy")
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--env", default=None)
-    parser.add_argument("--algo", default=None)
-    parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks" / "shared_prefix.json"),
-                        help="where the JSON goes too ('' = stdout only)")
-    parser.add_argument("overrides", nargs="*", help="config KEY=VALUE overrides")
-    args = parser.parse_args()
-    threads, threads_reason = pick_threads(args.threads)
-    load_start = os.getloadavg()
-    cfg = load_config(env=args.env, algo=args.algo,
-                      overrides=["model.device=cpu", "probe.every=0", *args.overrides])
-    choices = []
-    (models, load_s) = timed(lambda: learner.build_models(cfg, report=choices.append))
-    log(f"models loaded in {load_s:.1f} s; {choices[0].describe() if choices else cfg.model.dtype}")
-    optimizers = learner.build_optimizers(models, cfg)
-    generator = torch.Generator().manual_seed(cfg.trainer.seed)
-    batch, rollout_s = timed(lambda: rollout(models.policy, models.tokenizer, trainer.env_factory(cfg),
-                                             seeding.step_seeds(cfg, 0), cfg.rollout, generator))
-    log(f"rollout: {len(batch)} rows in {rollout_s:.1f} s")
+def phase_comparison(cfg, models, optimizers, batch, repeats: int, on_policy: bool, restore) -> dict:
+    """The old-log-prob pass and the update, off and on alternating, on one rollout's batch."""
     fed = FedTokens(models.policy.get_decoder())
-    trainable = [p for p in models.policy.parameters() if p.requires_grad]
-    if models.critic is not None:
-        trainable += [p for p in models.critic.parameters() if p.requires_grad]
-    snapshot = [p.detach().clone() for p in trainable]
-    rows = len(batch)
-    on_policy = learner.reuses_current_log_probs(cfg.optim, rows) and models.reference is None
     results: dict[str, dict] = {"off": {}, "on": {}}
     old_by_side, metrics_by_side = {}, {}
-    for repeat in range(args.repeats):
+    for repeat in range(repeats):
         sides = ("off", "on") if repeat % 2 == 0 else ("on", "off")
         for side in sides:
             cfg.optim.shared_prefix = side == "on"
@@ -201,9 +184,7 @@ def main() -> None:
             data = learner.update_inputs(models, batch, cfg, old_log_probs=not on_policy)  # untimed
             metrics_by_side[side] = phase("update", lambda: learner.ppo_update(
                 models, optimizers, data, cfg, torch.Generator().manual_seed(0)), fed, results[side])
-            with torch.no_grad():
-                for p, saved in zip(trainable, snapshot):
-                    p.copy_(saved)
+            restore()
             log(f"[{repeat}] {side}: update {results[side]['update']['runs_s'][-1]:.1f} s "
                 f"({results[side]['update']['cpu_runs_s'][-1]:.1f} s CPU)")
     mask = batch.response_mask.bool()
@@ -211,20 +192,7 @@ def main() -> None:
     scale = old_by_side["off"][mask].abs().max().item()
     compared = {k: (metrics_by_side["off"][k], metrics_by_side["on"][k]) for k in metrics_by_side["off"]
                 if not k.startswith("time/")}
-    report = {
-        "machine": machine_info(), "cpu": cpu_description(), "torch_threads": threads,
-        "threads_reason": threads_reason, "load_avg_at_start": [round(x, 2) for x in load_start],
-        "load_avg_at_end": [round(x, 2) for x in os.getloadavg()],
-        "model": cfg.model.name, "dtype": cfg.model.dtype, "precision_choice": [c.describe() for c in choices],
-        "config": {"env": cfg.env.name, "algo": cfg.algo.name, "groups_x_size":
-                   f"{cfg.rollout.num_groups}x{cfg.rollout.group_size}", "max_turns": cfg.rollout.max_turns,
-                   "max_new_tokens": cfg.rollout.max_new_tokens, "mini_batch": cfg.optim.mini_batch_size,
-                   "micro_batch": cfg.optim.micro_batch_size, "ppo_epochs": cfg.optim.ppo_epochs,
-                   "update_packs_by_prefix": learner.packs_by_prefix(cfg.optim.model_copy(
-                       update={"shared_prefix": True}), rows), "on_policy_update": on_policy},
-        "batch": {"rows": rows, "padded_width": int(batch.input_ids.shape[1]), "real_tokens": batch.num_tokens,
-                  "response_tokens": batch.num_response_tokens, "group_shared_prefix_tokens": group_prefixes(batch),
-                  "rollout_s": round(rollout_s, 2)},
+    return {
         "off": results["off"], "on": results["on"],
         "speedup_wall": {name: round(results["off"][name]["best_s"] / results["on"][name]["best_s"], 2)
                          for name in ("old_log_probs", "update")},
@@ -234,6 +202,111 @@ def main() -> None:
         "agreement": {"old_log_probs_max_abs_diff": diff, "old_log_probs_max_abs": scale,
                       "update_metrics_off_on": compared},
     }
+
+
+def whole_steps(cfg, models, repeats: int, restore) -> dict:
+    """Whole `trainer.train_step`s with the switch off and on, alternating after a warm-up; each
+    from the rollout's weights (`restore`), a fresh optimiser, step 0 and the same seeds."""
+    results: dict[str, list[dict]] = {"off": [], "on": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        def one_step(side: str) -> dict:
+            restore()
+            cfg.optim.shared_prefix = side == "on"
+            run = trainer.setup(cfg, Path(tmp) / f"run-{side}", quiet=True, models=models)
+            try:
+                metrics = trainer.train_step(run).metrics
+            finally:
+                run.services.log.close()
+            phases = {k.removeprefix("time/").removesuffix("_s"): round(v, 3) for k, v in metrics.items()
+                      if k.startswith("time/")}
+            if "probe/time_s" in metrics:
+                phases["probe"] = round(metrics["probe/time_s"], 3)
+            return {"phases_s": phases, "reward_mean": metrics.get("rollout/reward_mean"),
+                    "update_metrics": {k: metrics[k] for k in ("actor/entropy", "actor/grad_norm", "actor/pg_loss")
+                                       if k in metrics}}
+
+        one_step("on")  # warm-up: first-call costs (allocator, kernels) stay out of the timed steps
+        log("whole step: warm-up done")
+        for repeat in range(repeats):
+            for side in (("off", "on") if repeat % 2 == 0 else ("on", "off")):
+                results[side].append(one_step(side))
+                log(f"[{repeat}] {side}: step {results[side][-1]['phases_s']['step']:.1f} s "
+                    f"{results[side][-1]['phases_s']}")
+    best = {side: min(runs, key=lambda r: r["phases_s"]["step"]) for side, runs in results.items()}
+    # The step's own phases; what the trainer times outside them (probe, batch building) is "other".
+    named = ("rollout", "probe", "old_log_probs", "ref_log_probs", "values", "advantages", "filter", "update")
+    left = {name: best["on"]["phases_s"][name] for name in named if name in best["on"]["phases_s"]}
+    left["other"] = round(best["on"]["phases_s"]["step"] - sum(left.values()), 3)
+    return {
+        "off": results["off"], "on": results["on"],
+        "best_step_s": {side: best[side]["phases_s"]["step"] for side in best},
+        "speedup_step": round(best["off"]["phases_s"]["step"] / best["on"]["phases_s"]["step"], 2),
+        "speedup_update": round(best["off"]["phases_s"]["update"] / best["on"]["phases_s"]["update"], 2),
+        "target_speedup_step": 2.0,
+        "on_phases_s": left,
+        "on_dominant_phase": max(left, key=left.get),
+        "on_dominant_share": round(max(left.values()) / best["on"]["phases_s"]["step"], 3),
+        "same_rollout_rewards": [r["reward_mean"] for side in ("off", "on") for r in results[side]],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--threads", default="auto", help="torch threads, or auto: 1 when the machine is busy")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--env", default=None)
+    parser.add_argument("--algo", default=None)
+    parser.add_argument("--whole-step", action="store_true", help="also time whole training steps off and on")
+    parser.add_argument("--skip-phases", action="store_true", help="only the whole steps (with --whole-step)")
+    parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks" / "shared_prefix.json"),
+                        help="where the JSON goes too ('' = stdout only)")
+    parser.add_argument("overrides", nargs="*", help="config KEY=VALUE overrides")
+    args = parser.parse_args()
+    threads, threads_reason = pick_threads(args.threads)
+    load_start = os.getloadavg()
+    cfg = load_config(env=args.env, algo=args.algo,
+                      overrides=["model.device=cpu", *([] if args.whole_step else ["probe.every=0"]),
+                                 *args.overrides])
+    choices = []
+    (models, load_s) = timed(lambda: learner.build_models(cfg, report=choices.append))
+    log(f"models loaded in {load_s:.1f} s; {choices[0].describe() if choices else cfg.model.dtype}")
+    optimizers = learner.build_optimizers(models, cfg)
+    generator = torch.Generator().manual_seed(cfg.trainer.seed)
+    batch, rollout_s = timed(lambda: rollout(models.policy, models.tokenizer, trainer.env_factory(cfg),
+                                             seeding.step_seeds(cfg, 0), cfg.rollout, generator))
+    log(f"rollout: {len(batch)} rows in {rollout_s:.1f} s")
+    trainable = [p for p in models.policy.parameters() if p.requires_grad]
+    if models.critic is not None:
+        trainable += [p for p in models.critic.parameters() if p.requires_grad]
+    snapshot = [p.detach().clone() for p in trainable]
+    rows = len(batch)
+    on_policy = learner.reuses_current_log_probs(cfg.optim, rows) and models.reference is None
+
+    def restore():
+        with torch.no_grad():
+            for p, saved in zip(trainable, snapshot):
+                p.copy_(saved)
+
+    report = {
+        "machine": machine_info(), "cpu": cpu_description(), "torch_threads": threads,
+        "threads_reason": threads_reason, "load_avg_at_start": [round(x, 2) for x in load_start],
+        "model": cfg.model.name, "dtype": cfg.model.dtype, "precision_choice": [c.describe() for c in choices],
+        "config": {"env": cfg.env.name, "algo": cfg.algo.name, "groups_x_size":
+                   f"{cfg.rollout.num_groups}x{cfg.rollout.group_size}", "max_turns": cfg.rollout.max_turns,
+                   "max_new_tokens": cfg.rollout.max_new_tokens, "mini_batch": cfg.optim.mini_batch_size,
+                   "micro_batch": cfg.optim.micro_batch_size, "ppo_epochs": cfg.optim.ppo_epochs,
+                   "probe_every": cfg.probe.every,
+                   "update_packs_by_prefix": learner.packs_by_prefix(cfg.optim.model_copy(
+                       update={"shared_prefix": True}), rows), "on_policy_update": on_policy},
+        "batch": {"rows": rows, "padded_width": int(batch.input_ids.shape[1]), "real_tokens": batch.num_tokens,
+                  "response_tokens": batch.num_response_tokens, "group_shared_prefix_tokens": group_prefixes(batch),
+                  "rollout_s": round(rollout_s, 2)},
+    }
+    if not args.skip_phases:
+        report.update(phase_comparison(cfg, models, optimizers, batch, args.repeats, on_policy, restore))
+    if args.whole_step:
+        report["whole_step"] = whole_steps(cfg, models, args.repeats, restore)
+    report["load_avg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     text = json.dumps(report, indent=2)
     print(text)
     if args.out:

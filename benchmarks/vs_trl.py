@@ -65,16 +65,20 @@ def ragen2_config(args):
 
 
 def pin_ragen2_lengths(lengths: list[int]) -> None:
-    """No EOS in ragen2's rollout, in this process only; record every length."""
-    generate = agent_loop.generate
+    """No EOS in ragen2's rollout, in this process only; record every length. The rollout samples
+    through a GenerationSession (older code also through `agent_loop.generate`): both record."""
 
-    def recording_generate(*a, **kw):
-        results = generate(*a, **kw)
-        lengths.extend(len(r.token_ids) for r in results)
-        return results
+    def recording(generate):
+        def recording_generate(*a, **kw):
+            results = generate(*a, **kw)
+            lengths.extend(len(r.token_ids) for r in results)
+            return results
+        return recording_generate
 
     agent_loop.eos_token_ids = lambda model, tokenizer: []
-    agent_loop.generate = recording_generate
+    if hasattr(agent_loop, "generate"):
+        agent_loop.generate = recording(agent_loop.generate)
+    agent_loop.GenerationSession.generate = recording(agent_loop.GenerationSession.generate)
 
 
 def env_prompt(cfg, tokenizer, seed: int) -> tuple[str, str]:
