@@ -316,6 +316,25 @@ def load_policy(source=DEFAULT_MODEL, dtype: DTypeLike = torch.float32, device="
     return precision.set_compute_dtype(model, compute)
 
 
+def lora_of(model_cfg) -> Optional["LoraSettings"]:
+    """The LoRA a config's `model` section (ragen2.config.ModelSection) asks for; None at rank 0."""
+    if model_cfg.lora_rank <= 0:
+        return None
+    return LoraSettings(rank=model_cfg.lora_rank, alpha=model_cfg.lora_alpha, dropout=model_cfg.lora_dropout)
+
+
+def build_policy(model_cfg, device, weights: Optional[Union[str, os.PathLike]] = None):
+    """(policy, tokenizer) as a config's `model` section asks (source, compute dtype, LoRA), with a
+    ragen2 checkpoint's policy folder (`weights`) loaded on top: the one builder behind the local
+    engine, `ragen2 eval` and `ragen2 audit --model`."""
+    source = resolve_model_source(model_cfg.name)
+    tokenizer = load_tokenizer(source)
+    policy = load_policy(source, dtype=model_cfg.dtype, device=device, lora=lora_of(model_cfg))
+    if weights is not None:
+        load_model_weights(policy, weights)
+    return policy, tokenizer
+
+
 def load_reference(source=DEFAULT_MODEL, dtype: DTypeLike = torch.float32, device="cpu") -> nn.Module:
     """A frozen copy of the base policy for the KL term: eval mode, no parameter requires grad.
 

@@ -32,6 +32,7 @@ from pathlib import Path
 import envs
 from ragen2.commands import COMMANDS
 from ragen2.config import ConfigError, load_config, saved_config
+from ragen2.presets import key_values
 from ragen2.run_dir import CHECKPOINT_STATE_FILE, CHECKPOINTS_DIR, CONFIG_FILE, EVAL_DIR, POLICY_DIR
 from ragen2.seeding import eval_sampling_seed, eval_seeds
 
@@ -122,9 +123,7 @@ def env_overrides(cfg, env_name: str, extra: list[str]) -> dict:
             carried[key] = value
         except (envs.EnvConfigError, TypeError):
             continue  # a key of the training env that this env does not have
-    raw = dict(item.split("=", 1) for item in extra)
-    if any("=" not in item for item in extra):
-        raise EvalError(f"--env-override takes KEY=VALUE, got {[i for i in extra if '=' not in i]}")
+    raw = key_values(extra, "--env-override", "--env-override size=6")
     overrides = {**carried, **envs.coerce_overrides(entry, raw)}
     entry.make_config(**overrides)  # fail here, naming the key, not mid-rollout
     return overrides
@@ -206,14 +205,8 @@ def run(args) -> int:
     temperature = cfg.trainer.val_temperature if args.temperature is None else args.temperature
     print(f"loading {cfg.model.name}" + (f" + weights of {checkpoint}" if checkpoint else "") + " …", file=sys.stderr)
     try:
-        source = model_lib.resolve_model_source(cfg.model.name)
-        lora = (model_lib.LoraSettings(rank=cfg.model.lora_rank, alpha=cfg.model.lora_alpha,
-                                       dropout=cfg.model.lora_dropout) if cfg.model.lora_rank > 0 else None)
-        device = learner.pick_device(cfg.model.device)
-        tokenizer = model_lib.load_tokenizer(source)
-        policy = model_lib.load_policy(source, dtype=cfg.model.dtype, device=device, lora=lora)
-        if checkpoint is not None:
-            model_lib.load_model_weights(policy, checkpoint / POLICY_DIR)
+        policy, tokenizer = model_lib.build_policy(cfg.model, learner.pick_device(cfg.model.device),
+                                                   checkpoint / POLICY_DIR if checkpoint is not None else None)
     except (model_lib.ModelSourceError, model_lib.ModelWeightsError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -28,7 +28,7 @@ from ragen2.engines.local import checkpoint as ckpt
 from ragen2 import models as model_lib
 from ragen2.reports.audit_verdict import (AuditSettings, compare_with_base, model_verdict, retrieval_zscore,  # noqa: F401
                                   run_verdict)
-from ragen2.config import ProbeSection
+from ragen2.config import ModelSection, ProbeSection
 from ragen2.engines.local import learner
 from ragen2.instruments.probe import Probe
 from ragen2.rollout import RolloutConfig, rollout
@@ -82,15 +82,12 @@ def resolve_model(spec: str) -> ModelSpec:
 
 def load_model(spec: ModelSpec, device: str = "cpu"):
     """(policy, tokenizer) for a resolved spec; a checkpoint's weights are loaded on top."""
-    model_cfg = (spec.run_config or {}).get("model", {})
-    lora = None
-    if spec.weights is not None and int(model_cfg.get("lora_rank", 0)) > 0:
-        lora = model_lib.LoraSettings(rank=int(model_cfg["lora_rank"]), alpha=int(model_cfg.get("lora_alpha", 16)),
-                                      dropout=float(model_cfg.get("lora_dropout", 0.0)))
-    tokenizer = model_lib.load_tokenizer(spec.source)
-    policy = model_lib.load_policy(spec.source, dtype=model_cfg.get("dtype", "float32"), device=device, lora=lora)
-    if spec.weights is not None:
-        model_lib.load_model_weights(policy, spec.weights)
+    # a checkpoint as its run built it (the config's model section, its defaults where a key is
+    # missing); a plain model in fp32
+    saved = (spec.run_config or {}).get("model", {}) if spec.weights is not None else {"dtype": "float32"}
+    model_cfg = ModelSection(**{**{key: value for key, value in saved.items() if key in ModelSection.model_fields},
+                                "name": spec.source})
+    policy, tokenizer = model_lib.build_policy(model_cfg, device, spec.weights)
     return policy.eval(), tokenizer
 
 

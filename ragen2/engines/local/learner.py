@@ -47,12 +47,10 @@ def build_models(cfg: Config, report=None) -> Models:
     cfg.model.dtype = choice.dtype
     if report is not None:
         report(choice)
+    policy, tokenizer = model_lib.build_policy(cfg.model, device)
     source = model_lib.resolve_model_source(cfg.model.name)
-    lora = (model_lib.LoraSettings(rank=cfg.model.lora_rank, alpha=cfg.model.lora_alpha,
-                                   dropout=cfg.model.lora_dropout) if cfg.model.lora_rank > 0 else None)
-    tokenizer = model_lib.load_tokenizer(source)
-    policy = model_lib.load_policy(source, dtype=cfg.model.dtype, device=device, lora=lora)
-    critic = (model_lib.load_value_model(source, dtype=cfg.model.dtype, device=device, lora=lora)
+    critic = (model_lib.load_value_model(source, dtype=cfg.model.dtype, device=device,
+                                         lora=model_lib.lora_of(cfg.model))
               if cfg.algo.uses_critic else None)
     reference = (model_lib.load_reference(source, dtype=cfg.model.dtype, device=device)
                  if cfg.algo.kl_coef > 0 else None)
