@@ -20,8 +20,6 @@ agent file loaded as OpenRLHF loads it where OpenRLHF is installed) and stops th
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 import os
 import shlex
@@ -49,17 +47,14 @@ MAX_VLLM_KL, MAX_MEMORY_FRACTION = 0.02, 0.95
 
 
 def planned_command(case: str, model: str, gpus: int, out: Path) -> list[str]:
-    """`ragen2 train --engine openrlhf --dry-run ...` in this process: its printed command, made the smoke's."""
-    from ragen2.cli import main
-
+    """`ragen2 train --engine openrlhf --dry-run ...`'s printed command, made the smoke's. The CLI runs as
+    a child (the engine sits below the command line and does not import it)."""
     args = ["train", "--engine", "openrlhf", "--dry-run", "--model", model, "--gpus-per-node", str(gpus),
             "--out", str(out / case), *CASES[case], *COMMON, f"trainer.run_name={case}"]
-    printed, errors = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(errors):
-        code = main(args)
-    if code not in (0, None):
-        raise SystemExit(f"error: ragen2 train {shlex.join(args[1:])} refused: {errors.getvalue().strip()}")
-    lines = printed.getvalue().splitlines()
+    done = subprocess.run([sys.executable, "-m", "ragen2.cli", *args], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"error: ragen2 train {shlex.join(args[1:])} refused: {done.stderr.strip()}")
+    lines = done.stdout.splitlines()
     command = shlex.split(lines[lines.index(next(l for l in lines if l.startswith("# OpenRLHF "))) + 1])
     agent = command.index("--train.agent_func_path") + 1
     command[agent] = str(Path(__file__).resolve().with_name("smoke_agent.py"))
