@@ -187,7 +187,9 @@ def test_audit_report_numbers_html_and_json(fixture_run, tmp_path, capsys):
     table = {entry["key"]: entry for entry in summary["spearman"]}
     want = stats.spearmanr(MI_SERIES, SUCCESS)
     assert table["probe/mi_zscore_ema"]["rho"] == pytest.approx(want.statistic)
-    assert table["probe/mi_zscore_ema"]["p_value"] == pytest.approx(want.pvalue)
+    exact = stats.permutation_test((MI_SERIES,), lambda x: stats.spearmanr(x, SUCCESS).statistic,
+                                   permutation_type="pairings", n_resamples=math.factorial(8))
+    assert table["probe/mi_zscore_ema"]["p_value"] == pytest.approx(exact.pvalue)  # 8 probes: exact
     assert table["actor/entropy"]["rho"] == pytest.approx(stats.spearmanr(ENTROPY, SUCCESS).statistic)
     keep = [s for s in range(8) if s != 3]  # the "nan" row is left out
     assert table["probe/mi_estimate"]["n"] == 7
@@ -413,3 +415,15 @@ def test_model_verdict_over_replies_is_not_gated_by_the_format_rate():
     assert label == "template collapse suspected" and why.startswith("the reply varies but does not identify")
     label, why = audit.verdict({**base, "segment": "reply", "num_rows": 10})
     assert label == "inconclusive" and "only 10 replies over 8 prompts" in why and "too few rollouts" in why
+
+
+def test_spearman_p_value_is_exact_for_the_few_probes_a_short_run_has():
+    # 3 probes in perfect rank order: 2 of the 6 orderings reach |rho| = 1, so p = 1/3 (the t
+    # approximation said 0); 4 probes: 2 of 24; a constant side stays undefined
+    from ragen2.reports.audit_report import spearman
+
+    assert spearman([(0.1, 1.0), (0.2, 2.0), (0.3, 3.0)]) == (pytest.approx(1.0), pytest.approx(1 / 3))
+    assert spearman([(1, 4), (2, 3), (3, 2), (4, 1)]) == (pytest.approx(-1.0), pytest.approx(2 / 24))
+    assert spearman([(1, 1), (2, 1), (3, 1)]) is None
+    rho, p = spearman([(float(i), float((i * 7) % 11)) for i in range(12)])  # past 8: scipy's t approximation
+    assert -1 <= rho <= 1 and 0 < p <= 1
