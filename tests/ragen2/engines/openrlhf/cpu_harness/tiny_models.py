@@ -48,26 +48,7 @@ def bandit_model(folder: Path, steps: int = 60, seed: int = 0, batch_size: int =
         for arm in env.action_vocabulary:
             reply = tokenizer(f" the {arm} arm </think> <answer>{arm}</answer>", add_special_tokens=False)["input_ids"]
             examples.append((list(prompt), reply + [tokenizer.eos_token_id]))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
-    model.train()
-    for _ in range(steps):
-        batch = rng.sample(examples, batch_size)
-        width = max(len(p) + len(r) for p, r in batch)
-        ids = torch.full((len(batch), width), tokenizer.pad_token_id)
-        labels = torch.full((len(batch), width), -100)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for i, (prompt, reply) in enumerate(batch):
-            ids[i, :len(prompt) + len(reply)] = torch.tensor(prompt + reply)
-            labels[i, len(prompt):len(prompt) + len(reply)] = torch.tensor(reply)
-            mask[i, :len(prompt) + len(reply)] = 1
-        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    model.eval()
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    return fine_tune(model, tokenizer, examples, rng, steps, batch_size, lr, folder)
 
 
 LLAMA3_REPLY = " go up</think> <answer>Up"
@@ -105,6 +86,11 @@ def llama3_model(folder: Path, steps: int = 80, seed: int = 0, batch_size: int =
         while (prompt := episode.next_prompt()) is not None:
             examples.append((list(prompt), reply))
             episode.take_reply(reply, [0.0] * len(reply), "eos")
+    return fine_tune(model, tokenizer, examples, rng, steps, batch_size, lr, folder)
+
+
+def fine_tune(model, tokenizer, examples, rng, steps: int, batch_size: int, lr: float, folder: Path) -> Path:
+    """Teach `model` the (prompt, reply) pairs (loss on the reply only) and save it with its tokenizer."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     model.train()
     for _ in range(steps):
@@ -113,10 +99,10 @@ def llama3_model(folder: Path, steps: int = 80, seed: int = 0, batch_size: int =
         ids = torch.full((len(batch), width), tokenizer.pad_token_id)
         labels = torch.full((len(batch), width), -100)
         mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for i, (prompt, answer) in enumerate(batch):
-            ids[i, :len(prompt) + len(answer)] = torch.tensor(prompt + answer)
-            labels[i, len(prompt):len(prompt) + len(answer)] = torch.tensor(answer)
-            mask[i, :len(prompt) + len(answer)] = 1
+        for i, (prompt, reply) in enumerate(batch):
+            ids[i, :len(prompt) + len(reply)] = torch.tensor(prompt + reply)
+            labels[i, len(prompt):len(prompt) + len(reply)] = torch.tensor(reply)
+            mask[i, :len(prompt) + len(reply)] = 1
         loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
         optimizer.zero_grad()
         loss.backward()
