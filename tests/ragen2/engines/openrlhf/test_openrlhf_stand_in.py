@@ -78,15 +78,8 @@ def test_sampling_params_resolve_as_vllms_input_processor(case):
 
 @pytest.mark.parametrize("case", RECORDED["stops"], ids=lambda c: c["name"])
 def test_each_token_stops_as_vllms_scheduler_and_detokenizer(case, tokenizer):
-    ids = tokenizer(case["text"], add_special_tokens=False)["input_ids"]
-    ids += [tokenizer.convert_tokens_to_ids(t) for t in case["tail"]]
-    settings = dict(case["params"])
-    if settings.get("max_tokens") == "len":
-        settings["max_tokens"] = len(ids)
-    if "stop_token_ids" in settings:
-        settings["stop_token_ids"] = [tokenizer.convert_tokens_to_ids(t) for t in settings["stop_token_ids"]]
-    params = SimpleNamespace(**(recorder.OPENRLHF | {"max_tokens": 48, "stop": ["</answer>"],
-                                                     "include_stop_str_in_output": True} | settings))
+    ids, settings = recorder.stop_case(case, tokenizer)
+    params = SimpleNamespace(**settings)
     max_model_len = case.get("max_model_len", 4096)
     resolved = vs.resolve(params, recorder.LLAMA3_GENERATION, tokenizer.eos_token_id, max_model_len,
                           recorder.PROMPT_LEN)

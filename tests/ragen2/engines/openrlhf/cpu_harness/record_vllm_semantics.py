@@ -115,13 +115,9 @@ def record_params(case) -> dict:
     return out
 
 
-def record_stop(case, tokenizer) -> dict:
-    from vllm import SamplingParams
-    from vllm.v1.core.sched.utils import check_stop
-    from vllm.v1.engine import EngineCoreRequest
-    from vllm.v1.engine.detokenizer import IncrementalDetokenizer
-    from vllm.v1.request import Request, RequestStatus
-
+def stop_case(case, tokenizer) -> tuple[list[int], dict]:
+    """A stop case's sampled token ids and its request's sampling settings (the agent's, then the case's),
+    as both the recorder and the stand-in's test feed them."""
     ids = tokenizer(case["text"], add_special_tokens=False)["input_ids"]
     ids += [tokenizer.convert_tokens_to_ids(t) for t in case["tail"]]
     settings = dict(case["params"])
@@ -129,8 +125,18 @@ def record_stop(case, tokenizer) -> dict:
         settings["max_tokens"] = len(ids)
     if "stop_token_ids" in settings:
         settings["stop_token_ids"] = [tokenizer.convert_tokens_to_ids(t) for t in settings["stop_token_ids"]]
-    params = SamplingParams(**(OPENRLHF | {"max_tokens": 48, "stop": ["</answer>"], "include_stop_str_in_output": True}
-                               | settings))
+    return ids, OPENRLHF | {"max_tokens": 48, "stop": ["</answer>"], "include_stop_str_in_output": True} | settings
+
+
+def record_stop(case, tokenizer) -> dict:
+    from vllm import SamplingParams
+    from vllm.v1.core.sched.utils import check_stop
+    from vllm.v1.engine import EngineCoreRequest
+    from vllm.v1.engine.detokenizer import IncrementalDetokenizer
+    from vllm.v1.request import Request, RequestStatus
+
+    ids, settings = stop_case(case, tokenizer)
+    params = SamplingParams(**settings)
     params.update_from_generation_config(LLAMA3_GENERATION, tokenizer.eos_token_id)
     prompt = list(range(5, 5 + PROMPT_LEN))
     max_model_len = case.get("max_model_len", 4096)
