@@ -205,7 +205,7 @@ def main() -> None:
         args.env = args.child
         child(args)
         return
-    from ragen2.bench.machine import machine_info
+    from ragen2.bench.machine import emit_report, machine_info
 
     load_start = [round(x, 2) for x in os.getloadavg()]
     presets = []
@@ -217,11 +217,7 @@ def main() -> None:
               "load_avg_at_end": [round(x, 2) for x in os.getloadavg()], "overrides": args.overrides,
               "target_peak_gb": args.target_gb, "presets": presets,
               "under_target": {p["env"]: p.get("peak_rss_gb", float("inf")) < args.target_gb for p in presets}}
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text + "\n")
+    emit_report(report, args.out)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import tempfile
-import json
 import os
 import subprocess
 import sys
@@ -45,7 +44,7 @@ from pathlib import Path
 import torch
 
 from ragen2 import seeding
-from ragen2.bench.machine import machine_info
+from ragen2.bench.machine import emit_report, machine_info
 from ragen2.config import load_config
 from ragen2.engines.local import learner
 from ragen2.engines.local import trainer
@@ -307,11 +306,7 @@ def main() -> None:
     if args.whole_step:
         report["whole_step"] = whole_steps(cfg, models, args.repeats, restore)
     report["load_avg_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text + "\n")
+    emit_report(report, args.out)
 
 
 if __name__ == "__main__":

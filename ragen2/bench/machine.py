@@ -11,6 +11,7 @@ it without editing sys.path.
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import subprocess
@@ -68,3 +69,12 @@ def code_version(where: Path | None = None) -> dict | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return {"commit": commit.stdout.strip(), "tracked_files_changed": len(changed)}
+
+
+def emit_report(report: dict, out: str | Path | None) -> None:
+    """A benchmark's JSON: printed, and written to `out` (its folder made) when one is given."""
+    text = json.dumps(report, indent=2)
+    print(text)
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(text + "\n")
