@@ -79,15 +79,19 @@ def test_non_finite_loss_skips_the_step_and_counts_it(tok):
     assert all(torch.equal(before[k], after[k]) for k in before)
 
 
-def _actor_and_critic(tok):
+def _policy_and_critic(tok) -> learner.Models:
     from ragen2.models import ValueModel
     from transformers import LlamaModel
 
+    critic = ValueModel(LlamaModel(tiny_llama(tok, seed=5).config))
+    return learner.Models(tiny_llama(tok, seed=2), tok, critic, None, torch.device("cpu"))
+
+
+def _actor_and_critic(tok):
     cfg = load_config(algo="ppo", overrides=["optim.micro_batch_size=2", "optim.mini_batch_size=4",
                                              "optim.actor_lr=1e-3", "optim.critic_lr=1e-3"])
-    policy = tiny_llama(tok, seed=2)
-    critic = ValueModel(LlamaModel(tiny_llama(tok, seed=5).config))
-    models = learner.Models(policy, tok, critic, None, torch.device("cpu"))
+    models = _policy_and_critic(tok)
+    policy, critic = models.policy, models.critic
     ids, attn, mask = _batch(len(tok), seed=3)
     old, _ = learner.policy_log_probs(policy, ids, attn, mask)
     old_values = learner.critic_values(critic, ids, attn).detach()
@@ -127,14 +131,10 @@ def test_values_are_aligned_with_the_token_they_precede(tok):
 
 
 def test_critic_warmup_updates_the_critic_and_leaves_the_policy_untouched(tok):
-    from ragen2.models import ValueModel
-    from transformers import LlamaModel
-
     cfg = load_config(algo="ppo", overrides=["optim.micro_batch_size=2", "optim.mini_batch_size=4",
                                              "optim.critic_warmup_steps=1", "optim.actor_lr=1e-3"])
-    policy = tiny_llama(tok, seed=2)
-    critic = ValueModel(LlamaModel(tiny_llama(tok, seed=5).config))
-    models = learner.Models(policy, tok, critic, None, torch.device("cpu"))
+    models = _policy_and_critic(tok)
+    policy, critic = models.policy, models.critic
     ids, attn, mask = _batch(len(tok), seed=3)
     old_values = learner.critic_values(critic, ids, attn).detach()
     returns = torch.ones_like(old_values) * mask
