@@ -16,20 +16,10 @@ from ragen2.rollout import (
     group_pass_rate, rollout,
 )
 from ragen2.rollout.generation import sample_tokens
-from tests.tiny import ScriptedPolicy, tiny_llama, tiny_tokenizer
+from tests.tiny import ScriptedPolicy
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: threads cost more than they save
 GEN_PROMPT = "<|im_start|>assistant\n"
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return tiny_tokenizer("chatml")
-
-
-@pytest.fixture(scope="module")
-def llama(tok):
-    return tiny_llama(tok, seed=0)
 
 
 def greedy_kwargs(tok, **overrides):

@@ -15,20 +15,10 @@ import torch
 from ragen2.rollout import RolloutConfig, generate, rollout
 from ragen2.rollout.kv_rows import KVRows, takes_row_cache
 from ragen2.rollout.session import GenerationSession
-from tests.tiny import tiny_llama, tiny_tokenizer
+from tests.tiny import tiny_llama
 
 TEXTS = ["Turn 1:\nState:\n#_P", "a", "<think> push the box </think> and more words here",
          "Turn 1:\nState:\n#_P", "Turn 1:\nState:\n#_P"]
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return tiny_tokenizer("chatml")
-
-
-@pytest.fixture(scope="module")
-def llama(tok):
-    return tiny_llama(tok, seed=0)
 
 
 class WholeRows(torch.nn.Module):

@@ -21,7 +21,7 @@ import envs
 import ragen2.rollout.episode as episode_module
 from ragen2.rollout import RolloutConfig, rollout
 from tests import agent_file
-from tests.tiny import ScriptedPolicy, tiny_tokenizer
+from tests.tiny import ScriptedPolicy
 
 # Turn 1 runs nothing (penalty -0.5, shown "0"); turn 2 one step Down and one invalid piece
 # (-0.1 - 0.5 trained, "-0.1" shown); turn 3 steps Up (-0.1).
@@ -46,11 +46,6 @@ class FakeEngine:
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]  # the stop string comes before EOS
         output = SimpleNamespace(token_ids=ids, logprobs=None, finish_reason="stop")
         return SimpleNamespace(outputs=[output])
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return tiny_tokenizer("chatml")
 
 
 def room_env(**config):
