@@ -332,10 +332,16 @@ def key_settings(cell: Cell) -> str:
 def config_difference(saved_yaml: str, cfg: Config) -> list[str]:
     """Dotted keys whose values differ between a saved config.yaml and `cfg` (for resume errors)."""
     saved = yaml.safe_load(saved_yaml) or {}
-    try:  # as this version reads it: renamed keys and fields added since are no difference
-        saved = json.loads(build_config(upgrade_saved(saved)).model_dump_json())
+    written = set()
+    try:  # as this version reads it: renamed keys are the same key
+        saved = upgrade_saved(saved)
+        written = {i.split("=", 1)[0] for i in flatten(saved)}
+        saved = json.loads(build_config(saved).model_dump_json())
     except ConfigError:
         pass
     old = dict(i.split("=", 1) for i in flatten(saved))
     new = dict(i.split("=", 1) for i in flatten(json.loads(cfg.model_dump_json())))
-    return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+    # A field the saved file never wrote did not exist when that run started: the user changed
+    # no setting there (the code's change is in the cell's recorded commit), so it is no difference.
+    added_since = {k for k in new if written and k not in written and k in old}
+    return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and k not in added_since)

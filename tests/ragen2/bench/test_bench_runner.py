@@ -16,6 +16,7 @@ from ragen2.bench import runner
 from ragen2.bench.display import PlainDisplay
 from ragen2.bench.suite import SuiteError, expand, load_suite
 from ragen2.cli import main
+from ragen2.config import Config
 from ragen2.run_dir import read_metrics
 
 TINY = ["rollout.num_groups=2", "rollout.group_size=2", "rollout.max_new_tokens=6", "trainer.val_groups=2",
@@ -111,6 +112,23 @@ def test_a_run_directory_with_another_config_is_refused_before_anything_runs(tmp
     _, changed = make_cells(tmp_path, seeds=(0,), overrides=["optim.actor_lr=1e-3"])
     with pytest.raises(SuiteError, match=r"another config \(differs in \['optim.actor_lr'\]\)"):
         runner.check_resumable(changed)
+
+
+def test_a_field_added_after_a_cell_began_is_no_difference_but_a_changed_setting_is(tmp_path):
+    # A cell finished before trainer.val_before existed: its config.yaml has no such key, and the
+    # suite now sets it to false, unlike the field's default (true). The user changed nothing.
+    _, cells = make_cells(tmp_path, seeds=(0,))
+    cell = cells[0]
+    assert cell.config.trainer.val_before is False and Config().trainer.val_before is True
+    saved = yaml.safe_load(cell.config.to_yaml())
+    del saved["trainer"]["val_before"]
+    cell.run_dir.mkdir(parents=True)
+    (cell.run_dir / "config.yaml").write_text(yaml.safe_dump(saved))
+    runner.check_resumable([cell])
+    saved["trainer"]["val_before"] = True  # written, and different: a real change of setting
+    (cell.run_dir / "config.yaml").write_text(yaml.safe_dump(saved))
+    with pytest.raises(SuiteError, match=r"differs in \['trainer.val_before'\]"):
+        runner.check_resumable([cell])
 
 
 def test_a_cell_begun_before_probe_segment_auto_resumes_with_the_segment_it_probed(tmp_path):
