@@ -7,7 +7,8 @@ policy is teacher-forced on every pair [x_j | z_i]:
 * ``L_sum[i, j]`` = sum over z_i's tokens of log p(token | x_j, earlier z_i tokens)
 * ``L[i, j]``     = ``L_sum[i, j]`` / len(z_i)  (the token mean; length-fair)
 
-``cross_score`` runs each distinct prompt once, keeps its KV cache, and scores
+``cross_score`` encodes the prefix all prompts share (the system text) once, runs
+each distinct prompt's own tokens on a copy of that cache, keeps the prompt's KV cache, and scores
 the reasoning rows under it in micro-batches on a copy of that cache expanded
 along the batch (right-padded, masked). Rows are sorted by length first so a
 micro-batch pads little. Columns with identical prompt tokens are computed once.
@@ -206,10 +207,21 @@ def cross_score(
         columns_of.setdefault(ident, []).append(col)
 
     cache_kwarg = _cache_kwarg(model)
+    distinct = [pairs.prompts[cols_same[0]] for cols_same in columns_of.values()]
+    shared = _shared_prefix_length(distinct)
     with _scoring_mode(model):
+        shared_cache = None
+        if shared:  # the system text every prompt begins with: encoded once, its cache copied per prompt
+            prefix = torch.tensor(distinct[0][:shared], dtype=torch.long, device=device).unsqueeze(0)
+            shared_cache = _returned_cache(model(input_ids=prefix, attention_mask=torch.ones_like(prefix),
+                                                 use_cache=True))
         for cols_same in columns_of.values():
             prompt = torch.tensor(pairs.prompts[cols_same[0]], dtype=torch.long, device=device).unsqueeze(0)
-            out = model(input_ids=prompt, attention_mask=torch.ones_like(prompt), use_cache=True)
+            if shared_cache is None:
+                out = model(input_ids=prompt, attention_mask=torch.ones_like(prompt), use_cache=True)
+            else:
+                out = model(input_ids=prompt[:, shared:], attention_mask=torch.ones_like(prompt), use_cache=True,
+                            **{cache_kwarg: copy.deepcopy(shared_cache)})
             # The prompt's last logits predict the first reasoning token of every row.
             first_logp = torch.log_softmax(out.logits[0, -1].float(), dim=-1)
             vocab = first_logp.shape[-1]
@@ -221,6 +233,18 @@ def cross_score(
                 for col in cols_same:
                     L_sum[index, col] = sums.cpu()
     return _result(pairs, L_sum, lengths)
+
+
+def _shared_prefix_length(prompts: list[list[int]]) -> int:
+    """Tokens all distinct prompts begin with, leaving each at least one of its own (its last
+    logits start the reasoning); 0 for a single prompt, where there is nothing to share."""
+    if len(prompts) < 2:
+        return 0
+    shortest = min(len(p) for p in prompts)
+    length = 0
+    while length < shortest - 1 and all(p[length] == prompts[0][length] for p in prompts):
+        length += 1
+    return length
 
 
 def _score_micro_batch(

@@ -51,6 +51,27 @@ def test_cached_cross_score_equals_naive_loop(model, batch, naive, micro_batch_s
     assert torch.equal(fast.owner, naive.owner) and torch.equal(fast.row_index, naive.row_index)
 
 
+@pytest.mark.parametrize("tails", [(1, 3, 5, 2), (1, 1, 4, 2)])  # (1, 1, ...): two prompts end where the rest go on
+def test_prompts_sharing_a_system_prefix_score_as_the_naive_loop(model, tails):
+    g = torch.Generator().manual_seed(11)
+    system = _tokens(g, (12,))[0]
+    prompts = [system + tail for tail in _tokens(g, tails)]
+    prompts.append(list(prompts[1]))  # a repeated prompt: one column computed for both
+    reasonings = _tokens(g, (4, 7, 1, 9, 3, 6))
+    owners = [0, 1, 2, 3, 4, 0]
+    calls = []
+    hook = model.register_forward_pre_hook(lambda _, args, kwargs: calls.append(tuple(kwargs["input_ids"].shape)),
+                                           with_kwargs=True)
+    try:
+        fast = cross_score(model, prompts, reasonings, owners, micro_batch_size=8)
+    finally:
+        hook.remove()
+    prompt_forwards = [width for rows, width in calls if rows == 1]  # the 6 reasonings go in one batch
+    assert prompt_forwards == [12, *tails]  # the shared system prefix once, then each prompt's own tokens
+    slow = cross_score_naive(model, prompts, reasonings, owners)
+    torch.testing.assert_close(fast.L, slow.L, atol=1e-5, rtol=0)
+
+
 def test_bookkeeping_of_rows_and_columns(batch, naive):
     # The two empty reasonings (inputs 3 and 8) are dropped and counted; the rest keep input order.
     assert naive.num_empty_dropped == 2
