@@ -20,6 +20,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = re.compile(r"<!--\s*source:\s*(.+?)\s*-->")
 NUMBER = re.compile(r"(?<![\w.])[-−+]?\d+(?:\.\d+)?(?:e[-−+]?\d+)?%?(?![\w.])")
+INLINE_CODE = re.compile(r"`[^`]*`")
 PROSE_NUMBER = re.compile(r"(?<![\w.])[-−+]?\d+(?:\.\d+)?(?:e[-−+]?\d+)?%?(?!\w|\.\w)")  # may end a sentence
 
 
@@ -39,7 +40,7 @@ def _code_fenced(lines: list[str]) -> list[bool]:
 def _source_comments(lines: list[str]) -> list[tuple[int, str]]:
     fenced = _code_fenced(lines)
     return [(i, m.group(1)) for i, line in enumerate(lines) if not fenced[i]
-            for m in SOURCE.finditer(line)]
+            for m in SOURCE.finditer(INLINE_CODE.sub("", line))]  # a comment quoted in backticks is text
 
 
 def _introduces_table(lines: list[str], index: int) -> bool:
@@ -84,7 +85,7 @@ def sourced_paragraphs(text: str) -> list[tuple[str, str]]:
 def prose_numbers(paragraph: str) -> list[str]:
     """The numbers of a paragraph the checker holds to its source: decimals, exponents, percentages,
     outside backticks and comments."""
-    text = re.sub(r"`[^`]*`", " ", SOURCE.sub(" ", paragraph))
+    text = INLINE_CODE.sub(" ", SOURCE.sub(" ", paragraph))
     tokens = [t.replace("−", "-") for t in PROSE_NUMBER.findall(text)]
     return [t for t in tokens if "." in t or "e" in t or t.endswith("%")]
 
@@ -178,6 +179,7 @@ def test_a_source_comment_in_prose_checks_its_paragraph_not_the_next_table():
     assert prose_numbers(paragraph) == ["101.1", "12%"]
     assert unmatched(prose_numbers(paragraph), [101.08, 0.12]) == []
     assert unmatched(prose_numbers(paragraph), [100.0, 0.12]) == ["101.1"]
+    assert sourced_paragraphs("Mark prose with `<!-- source: PATH -->`.") == []
     inline = "Retrieval rose to 0.81 (<!-- source: c.json -->) by step 3, MI to 1.60. Torch 2.13.0."
     assert sourced_paragraphs(inline) == [("c.json", inline)] and prose_numbers(inline) == ["0.81", "1.60"]
 
