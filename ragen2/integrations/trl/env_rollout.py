@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 import envs
+from ragen2.config import load_config
 from ragen2.integrations.trl.env_reward import first_prompt_text, seed_dataset
 from ragen2.rollout.chat import ChatFormat
 from ragen2.rollout.config import RolloutConfig
@@ -37,23 +38,32 @@ from ragen2.rollout.episode import TurnRules
 REWARD_FIELD = "ragen2_episode_reward"
 
 
+# A setting left at FROM_PRESET takes the value `ragen2 train --env ENV` uses (configs/envs/ENV.yaml,
+# else RolloutConfig's default): one default per field, not a second set here.
+FROM_PRESET: Any = type("FromPreset", (), {"__repr__": lambda self: "FROM_PRESET"})()
+
+
 class EnvRollout:
     """A TRL `rollout_func` running ragen2's multi-turn episodes of a registered env (see the module doc).
 
-    max_turns, max_new_tokens (per turn), max_context_tokens, context, prefill, max_response_words:
-    `ragen2.rollout.RolloutConfig`'s fields; temperature and top_p come from the trainer's GRPOConfig.
-    env_overrides: the env's config fields.
+    max_turns, max_new_tokens (per turn), max_context_tokens, prefill, max_response_words:
+    `ragen2.rollout.RolloutConfig`'s fields, each by default the env's training preset's value
+    (`FROM_PRESET`; `self.settings` shows what was taken); temperature and top_p come from the
+    trainer's GRPOConfig. env_overrides: the env's config fields.
     """
 
-    def __init__(self, env: str, tokenizer, *, max_turns: int = 5, max_new_tokens: int = 128,
-                 max_context_tokens: int = 4096, prefill: bool = True, max_response_words: int | None = None,
-                 **env_overrides: Any):
+    def __init__(self, env: str, tokenizer, *, max_turns: int = FROM_PRESET, max_new_tokens: int = FROM_PRESET,
+                 max_context_tokens: int = FROM_PRESET, prefill: bool = FROM_PRESET,
+                 max_response_words: int | None = FROM_PRESET, **env_overrides: Any):
         spec = envs.spec(env)
         self.env_name = spec.name
         self._make_env = lambda: spec.env_cls(spec.make_config(**env_overrides))
         self.tokenizer = tokenizer
-        self.settings = dict(max_turns=max_turns, max_new_tokens=max_new_tokens, max_context_tokens=max_context_tokens,
-                             max_response_words=max_response_words, prefill_tag=prefill, context="full")
+        given = dict(max_turns=max_turns, max_new_tokens=max_new_tokens, max_context_tokens=max_context_tokens,
+                     max_response_words=max_response_words, prefill_tag=prefill)
+        preset = _preset_rollout(env) if any(v is FROM_PRESET for v in given.values()) else None
+        self.settings = {key: getattr(preset, key) if value is FROM_PRESET else value for key, value in given.items()}
+        self.settings["context"] = "full"
         RolloutConfig(**self.settings)  # fail on bad settings now, not at the first step
         self._seed_of: dict[str, int] = {}
         self.reward = _episode_reward(f"ragen2_{spec.name}")
@@ -133,3 +143,7 @@ def _episode_reward(name: str):
 
     reward.__name__ = name
     return reward
+
+
+def _preset_rollout(env: str) -> RolloutConfig:
+    return load_config(env=env).rollout

@@ -74,3 +74,16 @@ def test_prompts_must_be_whole_groups_of_its_own_dataset(setup):
         episodes(data["prompt"][:1] * 3, stand_in_trainer(model))
     with pytest.raises(ValueError, match="its own dataset"):
         episodes(["some other prompt"] * G, stand_in_trainer(model))
+
+
+def test_settings_left_unset_are_the_envs_training_preset_and_given_ones_win(setup):
+    from ragen2.config import load_config
+
+    tokenizer = setup[0]
+    preset = load_config(env="sokoban").rollout
+    assert (preset.max_turns, preset.max_new_tokens, preset.max_response_words) == (5, 48, 100)  # configs/envs/sokoban.yaml
+    episodes = EnvRollout("sokoban", tokenizer)
+    assert episodes.settings == dict(max_turns=5, max_new_tokens=48, max_context_tokens=preset.max_context_tokens,
+                                     max_response_words=100, prefill_tag=preset.prefill_tag, context="full")
+    given = EnvRollout("sokoban", tokenizer, max_turns=2, max_response_words=None)
+    assert (given.settings["max_turns"], given.settings["max_new_tokens"], given.settings["max_response_words"]) == (2, 48, None)
