@@ -26,6 +26,7 @@ from pathlib import Path
 
 import yaml
 
+from ragen2 import metric_names as names
 from ragen2 import wandb_log
 from ragen2.instruments import completions as completions_lib
 
@@ -198,19 +199,21 @@ def summary(steps: list[dict], *, run_dir: Path, engine: str, stop_reason: str |
     """
     num_steps = len(steps) if num_steps is None else num_steps
     if steps_skipped is None:
-        steps_skipped = sum(1 for r in steps if r.get("snr/skipped"))
-    rollouts = [r for r in steps if "rollout/reward_mean" in r]
+        steps_skipped = sum(1 for r in steps if r.get(names.SNR_SKIPPED))
+    rollouts = [r for r in steps if names.ROLLOUT_REWARD_MEAN in r]
     first, last = (rollouts[0], rollouts[-1]) if rollouts else ({}, {})
-    success = [finite(r.get("val/success_rate")) for r in steps]
+    success = [finite(r.get(names.VAL_SUCCESS_RATE)) for r in steps]
     success = [v for v in success if v is not None]  # a NaN one is no best
-    reward = [finite(r.get("val/reward_mean")) for r in steps]
+    reward = [finite(r.get(names.VAL_REWARD_MEAN)) for r in steps]
     reward = [v for v in reward if v is not None]
     return {
         "run_dir": str(run_dir), "engine": engine,
         "steps": num_steps, "steps_skipped": steps_skipped, "steps_trained": num_steps - steps_skipped,
         "stop_reason": stop_reason,
-        "first_reward_mean": first.get("rollout/reward_mean"), "last_reward_mean": last.get("rollout/reward_mean"),
-        "first_success_rate": first.get("rollout/success_rate"), "last_success_rate": last.get("rollout/success_rate"),
+        "first_reward_mean": first.get(names.ROLLOUT_REWARD_MEAN),
+        "last_reward_mean": last.get(names.ROLLOUT_REWARD_MEAN),
+        "first_success_rate": first.get(names.ROLLOUT_SUCCESS_RATE),
+        "last_success_rate": last.get(names.ROLLOUT_SUCCESS_RATE),
         "final_val_success_rate": success[-1] if success else None,
         **before_after(run_dir, success[-1] if success else None),
         "best_val_success_rate": max(success) if success else None,
@@ -228,7 +231,7 @@ def before_after(run_dir: Path, final: float | None) -> dict:
     if (Path(run_dir) / EVENTS_FILE).is_file():
         for event in read_events(run_dir):
             if event.get("kind") == "validation_before":
-                before = finite((event.get("metrics") or {}).get("val/success_rate"))
+                before = finite((event.get("metrics") or {}).get(names.VAL_SUCCESS_RATE))
     change = None if before is None or final is None else round(final - before, 6)
     return {"val_before_success_rate": before, "val_success_change": change}
 
@@ -245,7 +248,7 @@ def read_metrics(run_dir: Path) -> list[dict]:
     return _jsonl_rows(Path(run_dir) / METRICS_FILE)
 
 
-EVAL_PREFIXES = ("val/", "openrlhf/")  # the only keys of the OpenRLHF writer's evaluation rows
+EVAL_PREFIXES = (names.VAL, names.OPENRLHF)  # the only keys of the OpenRLHF writer's evaluation rows
 
 
 def _is_eval_row(row: dict) -> bool:
@@ -321,9 +324,10 @@ def has_run(run_dir: Path) -> bool:
 # --- the local engine's logger ----------------------------------------------------------------
 
 # The parts of a step's time the step line shows (seconds; the step total includes them all).
-STEP_PARTS = (("rollout", "time/rollout_s"), ("probe", "probe/time_s"), ("grad", "grad_prefilter/time_s"),
-              ("old-logp", "time/old_log_probs_s"), ("ref", "time/ref_log_probs_s"), ("values", "time/values_s"),
-              ("grad", "grad/time_s"), ("update", "time/update_s"), ("val", "time/validation_s"))
+STEP_PARTS = (("rollout", names.TIME_ROLLOUT_S), ("probe", names.PROBE_TIME_S), ("grad", names.GRAD_PREFILTER_TIME_S),
+              ("old-logp", names.TIME_OLD_LOG_PROBS_S), ("ref", names.TIME_REF_LOG_PROBS_S),
+              ("values", names.TIME_VALUES_S), ("grad", names.GRAD_TIME_S), ("update", names.TIME_UPDATE_S),
+              ("val", names.TIME_VALIDATION_S))
 
 
 class RunLog:
@@ -380,19 +384,19 @@ class RunLog:
 
     def _print_progress(self, step: int, m: dict) -> None:
         parts = [f"step {step + 1}/{self.total_steps}"]
-        if "rollout/reward_mean" in m:
-            parts.append(f"reward {m['rollout/reward_mean']:+.3f}")
-            parts.append(f"success {m.get('rollout/success_rate', 0):.2f}")
-            parts.append(f"format {m.get('rollout/format_ok_fraction', 0):.2f}")
-        if "snr/groups_kept" in m:
-            parts.append(f"kept {int(m['snr/groups_kept'])}/{int(m['snr/groups_total'])}")
-        if m.get("snr/skipped"):
+        if names.ROLLOUT_REWARD_MEAN in m:
+            parts.append(f"reward {m[names.ROLLOUT_REWARD_MEAN]:+.3f}")
+            parts.append(f"success {m.get(names.ROLLOUT_SUCCESS_RATE, 0):.2f}")
+            parts.append(f"format {m.get(names.ROLLOUT_FORMAT_OK_FRACTION, 0):.2f}")
+        if names.SNR_GROUPS_KEPT in m:
+            parts.append(f"kept {int(m[names.SNR_GROUPS_KEPT])}/{int(m[names.SNR_GROUPS_TOTAL])}")
+        if m.get(names.SNR_SKIPPED):
             parts.append("SKIPPED")
-        if "val/success_rate" in m:
-            parts.append(f"val success {m['val/success_rate']:.2f}")
-        if "time/step_s" in m:
+        if names.VAL_SUCCESS_RATE in m:
+            parts.append(f"val success {m[names.VAL_SUCCESS_RATE]:.2f}")
+        if names.TIME_STEP_S in m:
             shares = [f"{name} {m[key]:.1f}" for name, key in STEP_PARTS if m.get(key, 0) >= 0.05]
-            parts.append(f"{m['time/step_s']:.1f}s" + (f" ({', '.join(shares)})" if shares else ""))
+            parts.append(f"{m[names.TIME_STEP_S]:.1f}s" + (f" ({', '.join(shares)})" if shares else ""))
         elapsed = time.time() - self._started
         print(" | ".join(parts) + f" | elapsed {elapsed / 60:.1f} min", file=sys.stderr, flush=True)
 

@@ -40,6 +40,7 @@ import torch
 
 import mi_probe
 from envs.parsing import THINK_OPEN
+from ragen2 import metric_names as names
 from ragen2 import seeding
 from ragen2.config import ProbeSection
 
@@ -48,10 +49,10 @@ EARLY_WARNINGS = ("reward_std_cliff", "grad_norm_spike")
 # spread is the filter's own (snr/reward_std_mean: every group, before filtering, with filter.ddof),
 # so the watch sees the spread the filter ranks by; rows without it (a caller's own) give rollout's.
 WATCHED_SERIES = {
-    "mi_zscore_ema": ("probe/mi_zscore_ema",),
-    "entropy": ("actor/entropy",),
-    "reward_std": ("snr/reward_std_mean", "rollout/in_group_reward_std_mean"),
-    "grad_norm": ("actor/grad_norm",),
+    "mi_zscore_ema": (names.PROBE_MI_ZSCORE_EMA,),
+    "entropy": (names.ACTOR_ENTROPY,),
+    "reward_std": (names.SNR_REWARD_STD_MEAN, names.ROLLOUT_IN_GROUP_REWARD_STD_MEAN),
+    "grad_norm": (names.ACTOR_GRAD_NORM,),
 }
 
 
@@ -95,25 +96,25 @@ class Probe:
             return {}
         started = time.perf_counter()
         out = self.measure(policy, batch, step, update_ema=True)
-        out["probe/time_s"] = time.perf_counter() - started
+        out[names.PROBE_TIME_S] = time.perf_counter() - started
         return out
 
     def measure(self, policy, batch, step: int, update_ema: bool = True) -> dict:
         """`probe/...` metrics of one batch (MI-ZScore-EMA only when the EMA is updated)."""
         prompts, reasonings, owners = self.pairs(batch, step)
         if len(set(owners)) < 2:
-            return {"probe/skipped_too_few_groups": 1.0, "probe/num_pairs": float(len(owners))}
+            return {names.PROBE_SKIPPED_TOO_FEW_GROUPS: 1.0, "probe/num_pairs": float(len(owners))}
         scores = mi_probe.cross_score(policy, prompts, reasonings, owners, pad_token_id=self.pad_id)
         L, L_sum, owner, column_ids, nonfinite = usable_scores(scores)
         if len(column_ids) < 2:  # every other reasoning was empty or scored NaN
-            return {"probe/skipped_too_few_groups": 1.0, "probe/num_pairs": float(len(owners)),
+            return {names.PROBE_SKIPPED_TOO_FEW_GROUPS: 1.0, "probe/num_pairs": float(len(owners)),
                     "probe/num_nonfinite_dropped": float(nonfinite)}
         metrics = mi_probe.mi_metrics_both(L, L_sum, owner, column_ids=column_ids)
         if update_ema:
             metrics.update(self.ema.update(metrics))
         metrics["num_empty_dropped"] = float(scores.num_empty_dropped)
         metrics["num_nonfinite_dropped"] = float(nonfinite)
-        return {f"probe/{key}": float(value) for key, value in metrics.items()}
+        return {names.PROBE + key: float(value) for key, value in metrics.items()}
 
     def pairs(self, batch, step: int):
         """(prompts, reasonings, owners) for cross-scoring, in the configured mode."""

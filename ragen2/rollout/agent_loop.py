@@ -18,6 +18,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from ragen2 import metric_names as names
 from ragen2.progress import RolloutProgress
 from ragen2.rollout.batch import RolloutBatch, TrajectoryRecord
 from ragen2.rollout.chat import ChatFormat
@@ -122,11 +123,11 @@ def evaluate(model, tokenizer, env_factory: Callable[[], object], seeds: Sequenc
              generator: torch.Generator | None = None, progress=None) -> dict[str, float]:
     """Validation: success rate over all episodes and pass@G (a group passes if any member succeeds)."""
     batch = rollout(model, tokenizer, env_factory, seeds, config, generator, progress=progress)
-    metrics = batch.metrics(prefix="val/")
+    metrics = batch.metrics(prefix=names.VAL)
     return {
-        "val/success_rate": metrics["val/success_rate"],
-        f"val/pass@{config.group_size}": group_pass_rate(batch.trajectories),
-        "val/reward_mean": metrics["val/reward_mean"],
-        "val/format_ok_fraction": metrics["val/format_ok_fraction"],
-        "val/num_groups": metrics["val/num_groups"],
+        names.VAL_SUCCESS_RATE: metrics[names.VAL_SUCCESS_RATE],
+        names.val_pass_at(config.group_size): group_pass_rate(batch.trajectories),
+        names.VAL_REWARD_MEAN: metrics[names.VAL_REWARD_MEAN],
+        names.VAL_FORMAT_OK_FRACTION: metrics[names.VAL_FORMAT_OK_FRACTION],
+        names.VAL_NUM_GROUPS: metrics[names.VAL_NUM_GROUPS],
     }

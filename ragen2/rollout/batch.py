@@ -25,6 +25,8 @@ import torch
 
 import snr
 
+from ragen2 import metric_names as names
+
 # What to do when the kept rows are not a multiple of RAGEN-2's size divisor. copy (RAGEN-2's
 # batch_adjust_mode default): duplicate random rows up to the next multiple; delete: remove the
 # remainder at random; none (ours): train on them as they are, the last mini-batch shorter.
@@ -231,7 +233,7 @@ class RolloutBatch:
             rewards[t.group, t.member] = t.reward
         return rewards
 
-    def metrics(self, prefix: str = "rollout/", ddof: int = 1) -> dict[str, float]:
+    def metrics(self, prefix: str = names.ROLLOUT, ddof: int = 1) -> dict[str, float]:
         """Summary numbers over trajectories (not rows) and over turns.
 
         In-group std and variance are snr.group_spread's with `ddof` (1 = torch.std's, snr's

@@ -42,6 +42,7 @@ from ragen2.algos import losses
 from ragen2.config import Config
 from ragen2.engines.local import learner
 from ragen2.engines.local import shared_prefix
+from ragen2.metric_names import GRAD
 
 TOKEN_WEIGHTED = ("token-mean",)  # other aggregations average over sequences
 
@@ -173,7 +174,7 @@ def iter_bucket_gradients(policy, cfg: Config, batch, data: learner.UpdateInputs
                           [stds[g] for g in groups])
 
 
-def decompose(policy, cfg: Config, batch, data: learner.UpdateInputs, prefix: str = "grad") -> dict[str, float]:
+def decompose(policy, cfg: Config, batch, data: learner.UpdateInputs, prefix: str = GRAD) -> dict[str, float]:
     """`<prefix>/<bucket>/<key>` metrics for every bucket and `all`; no parameter changes."""
     started = time.perf_counter()
     if int(data.response_mask.sum().item()) == 0:
@@ -191,7 +192,7 @@ def decompose(policy, cfg: Config, batch, data: learner.UpdateInputs, prefix: st
 
 
 def maybe_decompose(models: learner.Models, cfg: Config, step: int, batch, data: learner.UpdateInputs,
-                    prefix: str = "grad") -> dict[str, float]:
+                    prefix: str = GRAD) -> dict[str, float]:
     """The trainer's hook: `decompose` on the steps `probe.grad_every` names, else nothing.
 
     `data` is the step's `learner.update_inputs` of `batch`: the update's own (filtered batch),

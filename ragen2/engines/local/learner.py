@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ragen2 import metric_names as names
 from ragen2 import models as model_lib
 from ragen2 import precision
 from ragen2.algos import losses
@@ -220,16 +221,16 @@ def update_inputs(models: Models, batch, cfg: Config, old_log_probs: bool = True
 
     old = ref = values = None
     if old_log_probs:
-        with phase("old_log_probs"):
+        with phase(names.PHASE_OLD_LOG_PROBS):
             old = log_probs(models.policy)
     if models.reference is not None:
-        with phase("ref_log_probs"):
+        with phase(names.PHASE_REF_LOG_PROBS):
             ref = log_probs(models.reference)
     if models.critic is not None:
-        with phase("values"):
+        with phase(names.PHASE_VALUES):
             values = batched(lambda i, a: critic_values(models.critic, i, a, shared_prefix=shared),
                              micro, ids, attn, pack=shared, attention=attention)
-    with phase("advantages"):
+    with phase(names.PHASE_ADVANTAGES):
         advantages, returns = compute_advantages(cfg.algo, batch, values, old, ref)
     return UpdateInputs(ids, attn, mask, old, advantages, ref, values, returns)
 
@@ -245,7 +246,7 @@ def reuses_current_log_probs(optim, rows: int) -> bool:
 
 
 # Loss terms whose micro-batch values are shares of the mini-batch's loss under loss_scope=mini_batch.
-ADDITIVE_METRICS = ("actor/pg_loss", "actor/entropy", "actor/kl_loss", "critic/value_loss")
+ADDITIVE_METRICS = ("actor/pg_loss", names.ACTOR_ENTROPY, names.ACTOR_KL_LOSS, "critic/value_loss")
 
 
 def packs_by_prefix(optim, rows: int) -> bool:
@@ -289,9 +290,9 @@ def _actor_backward(policy: nn.Module, data: UpdateInputs, idx: torch.Tensor, id
         return False
     (weight * loss).backward()
     if "kl" in terms:
-        record("actor/kl_loss", terms["kl"].item())
+        record(names.ACTOR_KL_LOSS, terms["kl"].item())
     record("actor/pg_loss", terms["task"].item())
-    record("actor/entropy", terms["entropy"].item())
+    record(names.ACTOR_ENTROPY, terms["entropy"].item())
     for key in ("clipfrac_high", "clipfrac_low", "approx_kl", "ratio_max"):
         record(f"actor/{key}", pg_metrics[key].item())
     return True
@@ -402,7 +403,7 @@ def ppo_update(models: Models, optimizers: Optimizers, data: UpdateInputs, cfg: 
             stepping += [(optimizers.critic, critic)] if critic is not None else []
             norms = [_clip_grad(module, optim.grad_clip) for _, module in stepping]
             if train_actor:
-                record("actor/grad_norm", norms[0] if math.isfinite(norms[0]) else float("nan"))
+                record(names.ACTOR_GRAD_NORM, norms[0] if math.isfinite(norms[0]) else float("nan"))
             if critic is not None:
                 record("critic/grad_norm", norms[-1])
             finite = all(math.isfinite(norm) for norm in norms)
@@ -412,5 +413,5 @@ def ppo_update(models: Models, optimizers: Optimizers, data: UpdateInputs, cfg: 
                 optimizer.zero_grad(set_to_none=True)
             skipped += 0 if finite else 1
     metrics = {name: totals[name] / counts[name] for name in totals}
-    metrics["actor/nonfinite_skipped_minibatches"] = float(skipped)
+    metrics[names.ACTOR_NONFINITE_SKIPPED_MINIBATCHES] = float(skipped)
     return metrics

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 import snr
+from ragen2 import metric_names as names
 from ragen2 import precision
 from ragen2.algos import losses
 from ragen2.config import Config
@@ -53,7 +54,7 @@ class Timer:
         self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - started
 
     def metrics(self) -> dict[str, float]:
-        return {f"time/{phase}_s": round(seconds, 4) for phase, seconds in self.seconds.items()}
+        return {names.phase_seconds(phase): round(seconds, 4) for phase, seconds in self.seconds.items()}
 
 
 def group_rewards(batch: RolloutBatch) -> torch.Tensor:
@@ -67,7 +68,7 @@ def train_step(run: Run) -> StepResult:
     cfg, state, services, timer = run.cfg, run.state, run.services, Timer()
     models = services.models
     step_started = time.perf_counter()
-    with timer("rollout"), services.interrupts.abandonable():  # only the sampling RNG moves: safe to drop
+    with timer(names.PHASE_ROLLOUT), services.interrupts.abandonable():  # only the sampling RNG moves: safe to drop
         batch = rollout(models.policy, models.tokenizer, services.make_env, step_seeds(cfg, state.step),
                         cfg.rollout, state.generator, progress=services.live.rollout("rollout"))
     metrics = batch.metrics()
@@ -79,7 +80,7 @@ def train_step(run: Run) -> StepResult:
     recorded = completions.pick(batch, cfg.trainer.log_completions, selection.kept.tolist())  # no RNG
     filter_decision = state.stop_policy.observe(selection)
     metrics.update(state.stop_policy.metrics())
-    metrics["update/tokens"] = metrics["update/optimizer_steps"] = 0.0  # a skipped step spends none
+    metrics[names.UPDATE_TOKENS] = metrics[names.UPDATE_OPTIMIZER_STEPS] = 0.0  # a skipped step spends none
     if not selection.skip:
         kept = adjust_rows(run, batch.select_groups(selection.kept), batch.input_ids.shape[0])
         metrics["batch/update_rows"] = float(kept.input_ids.shape[0])
@@ -88,8 +89,9 @@ def train_step(run: Run) -> StepResult:
             metrics.update(update_budget(cfg, kept, metrics))
     metrics.update(timer.metrics())
     # The whole step, probe and gradient decomposition included (the loop adds validation).
-    metrics["time/step_s"] = round(time.perf_counter() - step_started, 4)
-    metrics["throughput/rollout_tokens_per_s"] = batch.num_response_tokens / max(timer.seconds["rollout"], 1e-9)
+    metrics[names.TIME_STEP_S] = round(time.perf_counter() - step_started, 4)
+    rollout_s = timer.seconds[names.PHASE_ROLLOUT]
+    metrics["throughput/rollout_tokens_per_s"] = batch.num_response_tokens / max(rollout_s, 1e-9)
     alerts, collapse_alert = state.watch.observe(state.step, metrics, services.log)  # alerts -> events
     metrics.update(alerts)
     result = StepResult(metrics, recorded, filter_decision, collapse_alert)
@@ -104,15 +106,15 @@ def decompose_prefilter(run: Run, batch: RolloutBatch) -> dict:
     if not (cfg.probe.grad_prefilter and grad_decomp.due(cfg, run.state.step)):
         return {}
     data = learner.update_inputs(models, batch, cfg)
-    return grad_decomp.maybe_decompose(models, cfg, run.state.step, batch, data, prefix="grad_prefilter")
+    return grad_decomp.maybe_decompose(models, cfg, run.state.step, batch, data, prefix=names.GRAD_PREFILTER)
 
 
 def update_budget(cfg: Config, batch: RolloutBatch, metrics: dict) -> dict:
     """What the update spent, for the bench's budget columns: tokens through it (every epoch)
     and optimiser steps taken (ppo_update's mini-batches, less those skipped as non-finite)."""
     mini_batches = cfg.optim.ppo_epochs * math.ceil(batch.input_ids.shape[0] / cfg.optim.mini_batch_size)
-    return {"update/tokens": float(batch.num_tokens * cfg.optim.ppo_epochs),
-            "update/optimizer_steps": float(mini_batches - metrics["actor/nonfinite_skipped_minibatches"])}
+    return {names.UPDATE_TOKENS: float(batch.num_tokens * cfg.optim.ppo_epochs),
+            names.UPDATE_OPTIMIZER_STEPS: float(mini_batches - metrics[names.ACTOR_NONFINITE_SKIPPED_MINIBATCHES])}
 
 
 def adjust_rows(run: Run, kept: RolloutBatch, rollout_rows: int) -> RolloutBatch:
@@ -153,20 +155,20 @@ def update_on(run: Run, batch: RolloutBatch, selection, timer: Timer) -> dict:
     decomposition = grad_decomp.maybe_decompose(models, cfg, state.step, batch, data)  # timed apart (grad/time_s)
     scale = snr.kept_fraction_scale(selection.kept_fraction, cfg.algo.filter_loss_scaling)
     train_actor = trains_actor(run)
-    with timer("update"):
+    with timer(names.PHASE_UPDATE):
         metrics = learner.ppo_update(models, run.services.optimizers, data, cfg, state.generator, loss_scale=scale,
                                      train_actor=train_actor, on_micro_batch=run.services.live.update())
     metrics["actor/frozen_for_critic_warmup"] = float(not train_actor)
     tokens = batch.num_tokens * cfg.optim.ppo_epochs
-    metrics["throughput/update_tokens_per_s"] = tokens / max(timer.seconds["update"], 1e-9)
+    metrics["throughput/update_tokens_per_s"] = tokens / max(timer.seconds[names.PHASE_UPDATE], 1e-9)
     metrics.update(decomposition)
     if ref is None:
         metrics["update/kl_to_ref"] = 0.0
     elif old is not None:
         metrics["update/kl_to_ref"] = float(losses.kl_loss(old, ref, mask, cfg.algo.kl_estimator))
     else:  # on-policy: the update's first forward is the rollout policy, its KL term is this
-        metrics["update/kl_to_ref"] = metrics.get("actor/kl_loss", 0.0)
-    state.nonfinite_skips += int(metrics["actor/nonfinite_skipped_minibatches"])
+        metrics["update/kl_to_ref"] = metrics.get(names.ACTOR_KL_LOSS, 0.0)
+    state.nonfinite_skips += int(metrics[names.ACTOR_NONFINITE_SKIPPED_MINIBATCHES])
     metrics["actor/nonfinite_skips_total"] = float(state.nonfinite_skips)
     return metrics
 
@@ -179,7 +181,7 @@ def validate(run: Run) -> dict:
     metrics = evaluate(models.policy, models.tokenizer, run.services.make_val_env, validation_seeds(cfg),
                        dataclasses.replace(cfg.rollout, temperature=cfg.trainer.val_temperature), generator,
                        progress=run.services.live.rollout("validation"))
-    metrics["time/validation_s"] = round(time.perf_counter() - started, 4)
+    metrics[names.TIME_VALIDATION_S] = round(time.perf_counter() - started, 4)
     return metrics
 
 
@@ -336,10 +338,10 @@ def validate_step(run: Run, result: StepResult) -> None:
             metrics.update(validate(run))
     except StepAbandoned:
         metrics["val/abandoned"] = 1.0  # the update happened: keep the step, without its validation
-    metrics["time/step_s"] = round(metrics["time/step_s"] + metrics.get("time/validation_s", 0.0), 4)
-    if "val/success_rate" in metrics and result.stop is None:
+    metrics[names.TIME_STEP_S] = round(metrics[names.TIME_STEP_S] + metrics.get(names.TIME_VALIDATION_S, 0.0), 4)
+    if names.VAL_SUCCESS_RATE in metrics and result.stop is None:
         policy = run.state.stop_policy
-        result.validation_decision = policy.observe_validation(metrics["val/success_rate"])
+        result.validation_decision = policy.observe_validation(metrics[names.VAL_SUCCESS_RATE])
         metrics["snr/low_validations"] = float(policy.low_validations)
 
 
@@ -354,9 +356,9 @@ def validate_before(run: Run) -> dict | None:
     finally:
         run.services.live.stop()
     check_run_dir(run)
+    success, seconds = metrics.get(names.VAL_SUCCESS_RATE, float("nan")), metrics.get(names.TIME_VALIDATION_S, 0)
     run.services.log.event("validation_before", step=0, metrics=metrics,
-                  message=f"validation before training: success {metrics.get('val/success_rate', float('nan')):.3f} "
-                          f"({metrics.get('time/validation_s', 0):.0f}s)")
+                           message=f"validation before training: success {success:.3f} ({seconds:.0f}s)")
     return metrics
 
 
