@@ -13,16 +13,17 @@ import matplotlib
 import matplotlib.pyplot as plt
 from matplotlib.ticker import MaxNLocator
 
+from ragen2 import metric_names as names
 from ragen2.bench.worker import val_before
 from ragen2.run_dir import finite, read_steps
 
 PANELS = (  # (metric key, title)
-    ("val/success_rate", "validation success"),
-    ("rollout/success_rate", "training success"),
-    ("rollout/in_group_reward_std_mean", "in-group reward std"),
-    ("actor/entropy", "policy entropy (gap: skipped step)"),
-    ("probe/mi_zscore_ema", "MI-ZScore-EMA"),
-    ("snr/kept_fraction", "kept fraction of groups"),
+    (names.VAL_SUCCESS_RATE, "validation success"),
+    (names.ROLLOUT_SUCCESS_RATE, "training success"),
+    (names.ROLLOUT_IN_GROUP_REWARD_STD_MEAN, "in-group reward std"),
+    (names.ACTOR_ENTROPY, "policy entropy (gap: skipped step)"),
+    (names.PROBE_MI_ZSCORE_EMA, "MI-ZScore-EMA"),
+    (names.SNR_KEPT_FRACTION, "kept fraction of groups"),
 )
 
 
@@ -32,8 +33,8 @@ def series(rows: list[dict], key: str) -> dict[int, float]:
 
 def cell_rows(run_dir: Path) -> list[dict]:
     """The cell's logged steps; a validation of the untrained model (validate_before) goes first, at step 0."""
-    before = finite(val_before(run_dir).get("val/success_rate"))
-    return ([{"step": -1, "val/success_rate": before}] if before is not None else []) + read_steps(run_dir)
+    before = finite(val_before(run_dir).get(names.VAL_SUCCESS_RATE))
+    return ([{"step": -1, names.VAL_SUCCESS_RATE: before}] if before is not None else []) + read_steps(run_dir)
 
 
 def plot_envs(folder: Path, cells: list[dict], results: list[dict]) -> list[Path]:

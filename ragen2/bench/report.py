@@ -29,6 +29,7 @@ import math
 import shutil
 from pathlib import Path
 
+from ragen2 import metric_names as names
 from ragen2.bench import comparisons as comparisons_lib
 from ragen2.bench.plots import plot_envs
 from ragen2.bench.published import PUBLISHED, published_value
@@ -46,7 +47,8 @@ COLUMNS = ("name", "matrix", "env", "algo", "filter", "variant", "treatment", "r
 AGGREGATED = ("val_success_before", "final_val_success", "best_val_success", "final_val_reward", "train_reward_mean",
               "steps_skipped", "wall_s", "rollout_s", "update_s", "rollout_tokens")
 # The phases a filter shrinks (they run on the kept groups only): their sum is the update time.
-UPDATE_PHASES = ("old_log_probs", "ref_log_probs", "values", "advantages", "update")
+UPDATE_PHASES = (names.PHASE_OLD_LOG_PROBS, names.PHASE_REF_LOG_PROBS, names.PHASE_VALUES, names.PHASE_ADVANTAGES,
+                 names.PHASE_UPDATE)
 
 
 def _mean(values) -> float | None:
@@ -69,9 +71,10 @@ def cell_result(cell: dict) -> dict:
         return row
     rows = read_steps(run_dir)
     # The last validated step: by success where measured, by reward for OpenRLHF's evaluator (no success rate)
-    val = [r for r in rows if any(finite(r.get(key)) is not None for key in ("val/success_rate", "val/reward_mean"))]
+    val_keys = (names.VAL_SUCCESS_RATE, names.VAL_REWARD_MEAN)
+    val = [r for r in rows if any(finite(r.get(key)) is not None for key in val_keys)]
     last_val = val[-1] if val else {}
-    pass_key = next((k for k in last_val if k.startswith("val/pass@")), None)
+    pass_key = next((k for k in last_val if k.startswith(names.VAL_PASS_AT)), None)
 
     def logged(key: str) -> list[float]:
         return [v for r in rows if (v := finite(r.get(key))) is not None]
@@ -80,32 +83,32 @@ def cell_result(cell: dict) -> dict:
         values = logged(key)
         return sum(values) if values else None
 
-    rewards, mi = logged("rollout/reward_mean"), logged("probe/mi_zscore_ema")
-    optimizer_steps = total("update/optimizer_steps")
-    rollout_s = logged("time/rollout_s")  # phase times: absent from an OpenRLHF run's rows
-    update_s = [seconds for phase in UPDATE_PHASES for seconds in logged(f"time/{phase}_s")]
+    rewards, mi = logged(names.ROLLOUT_REWARD_MEAN), logged(names.PROBE_MI_ZSCORE_EMA)
+    optimizer_steps = total(names.UPDATE_OPTIMIZER_STEPS)
+    rollout_s = logged(names.TIME_ROLLOUT_S)  # phase times: absent from an OpenRLHF run's rows
+    update_s = [seconds for phase in UPDATE_PHASES for seconds in logged(names.phase_seconds(phase))]
     row.update({
         "status": "done",
-        "val_success_before": finite(val_before(run_dir).get("val/success_rate")),
+        "val_success_before": finite(val_before(run_dir).get(names.VAL_SUCCESS_RATE)),
         "steps": summary["steps"], "steps_trained": summary["steps_trained"],
         "steps_skipped": summary["steps_skipped"], "stop_reason": summary.get("stop_reason"),
         "final_val_success": summary.get("final_val_success_rate"),
         "best_val_success": summary.get("best_val_success_rate"),
-        "final_val_reward": finite(last_val.get("val/reward_mean")),
+        "final_val_reward": finite(last_val.get(names.VAL_REWARD_MEAN)),
         "final_val_pass_at_g": finite(last_val.get(pass_key)) if pass_key else None,
         "train_reward_mean": _mean(rewards),
         "last_train_reward": rewards[-1] if rewards else None,
-        "kept_fraction_mean": _mean(logged("snr/kept_fraction")),
+        "kept_fraction_mean": _mean(logged(names.SNR_KEPT_FRACTION)),
         "last_mi_zscore_ema": mi[-1] if mi else None,
         # The runner's clock spans every attempt of a resumed cell; a hand-run cell has only its last session.
         "wall_s": state.get("wall_s", summary.get("wall_s_this_session")),
         "rollout_s": sum(rollout_s) if rollout_s else None,
         "update_s": sum(update_s) if update_s else None,
-        "rollout_tokens": int(sum(logged("rollout/num_tokens"))),
-        "response_tokens": int(round(sum((finite(r.get("rollout/response_tokens_mean")) or 0.0)
-                                         * (finite(r.get("rollout/num_trajectories")) or 0.0) for r in rows))),
-        "env_episodes": total("rollout/num_trajectories"),
-        "update_tokens": total("update/tokens"),
+        "rollout_tokens": int(sum(logged(names.ROLLOUT_NUM_TOKENS))),
+        "response_tokens": int(round(sum((finite(r.get(names.ROLLOUT_RESPONSE_TOKENS_MEAN)) or 0.0)
+                                         * (finite(r.get(names.ROLLOUT_NUM_TRAJECTORIES)) or 0.0) for r in rows))),
+        "env_episodes": total(names.ROLLOUT_NUM_TRAJECTORIES),
+        "update_tokens": total(names.UPDATE_TOKENS),
         "optimizer_steps": optimizer_steps,
         "optimizer_steps_per_trained_step": (optimizer_steps / summary["steps_trained"]
                                              if optimizer_steps is not None and summary["steps_trained"] else None),

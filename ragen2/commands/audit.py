@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import get_args
 
 import envs
+from ragen2 import metric_names as names
 from ragen2.commands import COMMANDS
 from ragen2.config import ProbeSection
 from ragen2.presets import key_values
@@ -26,7 +27,7 @@ def add_parser(subparsers) -> None:
                         help="a ragen2 run directory to report on (or use --model instead); several: the proxies' "
                              "correlations with the target side by side per run and across runs")
     parser.add_argument("--out", type=Path, help=f"report folder (default RUN_DIR/{AUDIT_DIR})")
-    parser.add_argument("--target", default="rollout/success_rate",
+    parser.add_argument("--target", default=names.ROLLOUT_SUCCESS_RATE,
                         help="metric the proxies are rank-correlated with (default rollout/success_rate)")
     parser.add_argument("--model", help="model to probe instead of a run: bundled | hub id | model dir | run dir | "
                                         "checkpoints/step_N[/policy]")

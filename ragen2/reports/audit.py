@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from ragen2 import metric_names as names
 from ragen2.engines.local import checkpoint as ckpt
 from ragen2 import models as model_lib
 from ragen2.reports.audit_verdict import (AuditSettings, compare_with_base, model_verdict, retrieval_zscore,  # noqa: F401
@@ -121,15 +122,16 @@ def audit_model(policy, tokenizer, env_factory, settings: AuditSettings) -> dict
         probe_env.close()
     probe = Probe(ProbeSection(every=1, num_samples=max(2, settings.num_samples), mode=settings.mode,
                                segment=segment), tokenizer)
-    numbers = {key.split("/", 1)[1]: value for key, value in probe.measure(policy, batch, settings.seed).items()}
+    measured = probe.measure(policy, batch, settings.seed)
+    numbers = {key.removeprefix(names.PROBE): value for key, value in measured.items()}
     numbers["segment"] = segment
     rollout_metrics = batch.metrics()
     numbers.update(policy_entropy=policy_entropy(policy, batch, settings.temperature),
-                   success_rate=rollout_metrics["rollout/success_rate"],
-                   reward_mean=rollout_metrics["rollout/reward_mean"],
-                   think_span_fraction=rollout_metrics["rollout/think_span_fraction"],
-                   format_ok_fraction=rollout_metrics["rollout/format_ok_fraction"],
-                   num_trajectories=rollout_metrics["rollout/num_trajectories"])
+                   success_rate=rollout_metrics[names.ROLLOUT_SUCCESS_RATE],
+                   reward_mean=rollout_metrics[names.ROLLOUT_REWARD_MEAN],
+                   think_span_fraction=rollout_metrics[names.ROLLOUT_THINK_SPAN_FRACTION],
+                   format_ok_fraction=rollout_metrics[names.ROLLOUT_FORMAT_OK_FRACTION],
+                   num_trajectories=rollout_metrics[names.ROLLOUT_NUM_TRAJECTORIES])
     return numbers
 
 

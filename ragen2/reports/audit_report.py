@@ -34,34 +34,35 @@ import numpy as np
 from scipy import stats
 
 import mi_probe
+from ragen2 import metric_names as names
 from ragen2.reports.audit_verdict import run_verdict
 from ragen2.config import upgrade_saved
 from ragen2.instruments.probe import series_values
 from ragen2.run_dir import AUDIT_DIR, SUMMARY_FILE, finite, read_config, read_events, read_steps
 
-SUCCESS_KEY = "rollout/success_rate"
+SUCCESS_KEY = names.ROLLOUT_SUCCESS_RATE
 # (label, metric key): the proxies whose rank correlation with success the report tabulates
 PROXIES = (
-    ("MI-ZScore-EMA", "probe/mi_zscore_ema"),
-    ("MI-ZScore", "probe/mi_zscore"),
-    ("MI estimate", "probe/mi_estimate"),
-    ("MI estimate (sequence)", "probe/mi_estimate_seq"),
-    ("Retrieval accuracy@1", "probe/retrieval_accuracy@1"),
-    ("Conditional entropy H(Z|X)", "probe/conditional_entropy_est"),
-    ("Reasoning entropy H(Z)", "probe/reasoning_entropy_est"),
-    ("Policy token entropy", "actor/entropy"),
-    ("In-group reward std", "rollout/in_group_reward_std_mean"),
+    ("MI-ZScore-EMA", names.PROBE_MI_ZSCORE_EMA),
+    ("MI-ZScore", names.PROBE_MI_ZSCORE),
+    ("MI estimate", names.PROBE_MI_ESTIMATE),
+    ("MI estimate (sequence)", names.PROBE_MI_ESTIMATE_SEQ),
+    ("Retrieval accuracy@1", names.PROBE_RETRIEVAL_ACCURACY_AT_1),
+    ("Conditional entropy H(Z|X)", names.PROBE_CONDITIONAL_ENTROPY_EST),
+    ("Reasoning entropy H(Z)", names.PROBE_REASONING_ENTROPY_EST),
+    ("Policy token entropy", names.ACTOR_ENTROPY),
+    ("In-group reward std", names.ROLLOUT_IN_GROUP_REWARD_STD_MEAN),
 )
 PANELS = (
-    ("MI-ZScore-EMA", ("probe/mi_zscore_ema", "probe/mi_zscore")),
-    ("retrieval accuracy@1", ("probe/retrieval_accuracy@1", "probe/retrieval_chance_level@1")),
-    ("MI estimate (nats)", ("probe/mi_estimate", "probe/mi_upper_bound")),
-    ("entropy (nats/token)", ("actor/entropy", "probe/conditional_entropy_est")),
-    ("in-group reward std", ("rollout/in_group_reward_std_mean",)),
-    ("success rate", (SUCCESS_KEY, "val/success_rate")),
+    ("MI-ZScore-EMA", (names.PROBE_MI_ZSCORE_EMA, names.PROBE_MI_ZSCORE)),
+    ("retrieval accuracy@1", (names.PROBE_RETRIEVAL_ACCURACY_AT_1, names.PROBE_RETRIEVAL_CHANCE_LEVEL_AT_1)),
+    ("MI estimate (nats)", (names.PROBE_MI_ESTIMATE, names.PROBE_MI_UPPER_BOUND)),
+    ("entropy (nats/token)", (names.ACTOR_ENTROPY, names.PROBE_CONDITIONAL_ENTROPY_EST)),
+    ("in-group reward std", (names.ROLLOUT_IN_GROUP_REWARD_STD_MEAN,)),
+    ("success rate", (SUCCESS_KEY, names.VAL_SUCCESS_RATE)),
 )
 ALERT_COLOURS = {"template_collapse": "tab:red", "reward_std_cliff": "tab:orange", "grad_norm_spike": "tab:purple"}
-GRAD_KEY = re.compile(r"^grad/(bucket_\d+|all)/(.+)$")
+GRAD_KEY = re.compile(rf"^{re.escape(names.GRAD)}/(bucket_\d+|all)/(.+)$")
 # what each bar shows: the task norm beside the regularisers' norms times their coefficients
 # (what each term adds to the update, as RAGEN-2 logs them); the unscaled ones go in the table
 PLOTTED = (("task", "task_norm", "‖g_task‖"), ("entropy", "entropy_scaled_norm", "‖entropy_coef · g_entropy‖"),
@@ -187,7 +188,7 @@ def with_scaled_norms(grad: dict, config: dict) -> dict:
     return grad
 
 
-VERDICT_KEYS = ("rollout/format_ok_fraction", "rollout/think_span_fraction", "probe/num_rows")
+VERDICT_KEYS = (names.ROLLOUT_FORMAT_OK_FRACTION, names.ROLLOUT_THINK_SPAN_FRACTION, names.PROBE_NUM_ROWS)
 
 
 def series_summary(rows: list[dict]) -> dict[str, dict]:
@@ -203,10 +204,10 @@ def series_summary(rows: list[dict]) -> dict[str, dict]:
 
 def run_stats(rows: list[dict]) -> dict:
     """Counts the run verdict reads: probes that scored rows, their largest row count, skipped steps."""
-    probe_rows = [finite(r.get("probe/num_rows")) for r in rows if "probe/mi_estimate" in r or "probe/num_rows" in r
-                  or "probe/skipped_too_few_groups" in r]
+    probed = (names.PROBE_MI_ESTIMATE, names.PROBE_NUM_ROWS, names.PROBE_SKIPPED_TOO_FEW_GROUPS)
+    probe_rows = [finite(r.get(names.PROBE_NUM_ROWS)) for r in rows if any(key in r for key in probed)]
     return {"probes": len(probe_rows), "probe_rows_max": max((v for v in probe_rows if v is not None), default=None),
-            "skipped_steps": sum(1 for r in rows if finite(r.get("snr/skipped")))}
+            "skipped_steps": sum(1 for r in rows if finite(r.get(names.SNR_SKIPPED)))}
 
 
 def bound_summary(grad: dict) -> dict:
@@ -417,7 +418,7 @@ def render_html(summary: dict, images: dict[str, bytes]) -> str:
     unlogged = [e["proxy"] for e in summary["spearman"] if e["note"] == "not logged"]
     if unlogged:
         absent.append(f"{', '.join(unlogged)} (the MI probe: <code>probe.every</code>)"
-                      if all(e["key"].startswith("probe/") for e in summary["spearman"] if e["proxy"] in unlogged)
+                      if all(e["key"].startswith(names.PROBE) for e in summary["spearman"] if e["proxy"] in unlogged)
                       else ", ".join(unlogged))
     grad = summary["grad_decomposition"]
     if grad:

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ragen2 import metric_names as names
 from ragen2.reports.audit_report import SUCCESS_KEY, load_run, series, spearman, spearman_table
 
 # The two proxies the claim contrasts, plus retrieval accuracy (the probe's other reading).
-CONTRASTED = (("MI-ZScore-EMA", "probe/mi_zscore_ema"), ("Policy token entropy", "actor/entropy"),
-              ("Retrieval accuracy@1", "probe/retrieval_accuracy@1"))
+CONTRASTED = (("MI-ZScore-EMA", names.PROBE_MI_ZSCORE_EMA), ("Policy token entropy", names.ACTOR_ENTROPY),
+              ("Retrieval accuracy@1", names.PROBE_RETRIEVAL_ACCURACY_AT_1))
 
 
 def _last(rows: list[dict], key: str) -> float | None:

@@ -24,6 +24,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ragen2 import metric_names as names
+
 RETRIEVAL_Z_CLEAR = 2.0  # retrieval above chance by this many binomial std errors: input-dependent
 RETRIEVAL_Z_WEAK = 1.0
 ENTROPY_FLOOR = 0.3  # nats/token: below it the sampled text is close to deterministic
@@ -145,8 +147,9 @@ def run_verdict(summary: dict) -> tuple[str, list[str]]:
     replies = (summary.get("config", {}).get("probe") or {}).get("segment") == "reply"
     noun = "replies" if replies else "reasoning segments"
     lines, problems = [], []
-    fmt, spread, success = (_last(series, k) for k in ("rollout/format_ok_fraction",
-                                                      "rollout/in_group_reward_std_mean", "rollout/success_rate"))
+    fmt, spread, success = (_last(series, k) for k in (names.ROLLOUT_FORMAT_OK_FRACTION,
+                                                      names.ROLLOUT_IN_GROUP_REWARD_STD_MEAN,
+                                                      names.ROLLOUT_SUCCESS_RATE))
     numbers = [f"{summary.get('steps', 0)} steps"]
     if fmt:
         numbers.append(f"format ok {fmt['first']:.2f} -> {fmt['last']:.2f}")
@@ -183,8 +186,9 @@ def run_verdict(summary: dict) -> tuple[str, list[str]]:
     if alerts:
         return "template collapse", lines + [f"template-collapse alert at step {a['step'] + 1}: {a['message']}"
                                              for a in alerts]
-    ema = _last(series, "probe/mi_zscore_ema")
-    retrieval, chance = _last(series, "probe/retrieval_accuracy@1"), _last(series, "probe/retrieval_chance_level@1")
+    ema = _last(series, names.PROBE_MI_ZSCORE_EMA)
+    retrieval = _last(series, names.PROBE_RETRIEVAL_ACCURACY_AT_1)
+    chance = _last(series, names.PROBE_RETRIEVAL_CHANCE_LEVEL_AT_1)
     trend = []
     if ema:
         trend.append(f"MI-ZScore-EMA {ema['first']:.2f} -> {ema['last']:.2f}")

@@ -12,18 +12,19 @@ import matplotlib
 import matplotlib.pyplot as plt
 from matplotlib.ticker import MaxNLocator
 
+from ragen2 import metric_names as names
 from ragen2.run_dir import CURVES_FILE, METRICS_FILE, finite, read_steps
 
 PANELS = (
-    ("reward (mean)", ("rollout/reward_mean", "val/reward_mean")),
-    ("success rate", ("rollout/success_rate", "val/success_rate")),
-    ("format ok (share of turns)", ("rollout/format_ok_fraction",)),
-    ("kept fraction of groups (SNR filter)", ("snr/kept_fraction",)),
-    ("in-group reward std", ("rollout/in_group_reward_std_mean", "snr/kept_reward_std_mean")),
-    ("entropy", ("actor/entropy",)),
-    ("response tokens", ("rollout/response_tokens_mean", "rollout/think_tokens_mean")),
-    ("grad norm (pre-clip)", ("actor/grad_norm",)),
-    ("MI-ZScore-EMA", ("probe/mi_zscore_ema",)),
+    ("reward (mean)", (names.ROLLOUT_REWARD_MEAN, names.VAL_REWARD_MEAN)),
+    ("success rate", (names.ROLLOUT_SUCCESS_RATE, names.VAL_SUCCESS_RATE)),
+    ("format ok (share of turns)", (names.ROLLOUT_FORMAT_OK_FRACTION,)),
+    ("kept fraction of groups (SNR filter)", (names.SNR_KEPT_FRACTION,)),
+    ("in-group reward std", (names.ROLLOUT_IN_GROUP_REWARD_STD_MEAN, names.SNR_KEPT_REWARD_STD_MEAN)),
+    ("entropy", (names.ACTOR_ENTROPY,)),
+    ("response tokens", (names.ROLLOUT_RESPONSE_TOKENS_MEAN, names.ROLLOUT_THINK_TOKENS_MEAN)),
+    ("grad norm (pre-clip)", (names.ACTOR_GRAD_NORM,)),
+    ("MI-ZScore-EMA", (names.PROBE_MI_ZSCORE_EMA,)),
 )
 
 
@@ -35,7 +36,7 @@ def display_step(row: dict) -> int:
 def curves_figure(rows: list[dict], title: str):
     matplotlib.use("Agg")  # a PNG only, on any machine; chosen when drawing, not for whoever imports this
     figure, axes = plt.subplots(3, 3, figsize=(14, 10), constrained_layout=True)
-    skipped = [display_step(r) for r in rows if finite(r.get("snr/skipped"))]
+    skipped = [display_step(r) for r in rows if finite(r.get(names.SNR_SKIPPED))]
     first, last = min(display_step(r) for r in rows), max(display_step(r) for r in rows)
     for axis, (panel, keys) in zip(axes.flat, PANELS):
         drawn = False
