@@ -44,11 +44,12 @@ import torch
 from openrlhf.utils.agent import AgentExecutorBase
 
 import envs
+from ragen2 import metric_names as names
 from ragen2.rollout.chat import ChatFormat
 from ragen2.rollout.episode import STOP_STRINGS, Episode, TurnRules
 
-EXTRA_LOG_KEYS = ("env/success", "env/num_turns", "env/format_ok_fraction", "env/valid_action_fraction",
-                  "env/actions_executed", "env/context_truncated")
+EXTRA_LOG_KEYS = ("env/success", names.ENV_NUM_TURNS, names.ENV_FORMAT_OK_FRACTION, names.ENV_VALID_ACTION_FRACTION,
+                  "env/actions_executed", names.ENV_CONTEXT_TRUNCATED)
 
 
 class EpisodeLabelError(ValueError):

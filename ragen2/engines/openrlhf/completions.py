@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 
 from envs.parsing import THINK_OPEN, parse_response
+from ragen2 import metric_names as names
 from ragen2.instruments import completions
 from ragen2.engines.openrlhf.probe_scoring import _spans
 from ragen2.rollout.chat import ChatFormat, reply_text
@@ -59,8 +60,8 @@ def sample_record(sample, group: int, member: int, rank: str, kept: bool | None,
     return {"group": group, "member": member, "seed": _seed(sample), "rank": rank,
             "reward": _scalar(sample.rewards), "success": None if success is None else success > 0.5, "kept": kept,
             "num_turns": len(turns), "turns": turns, "final_state": None,
-            "format_ok_fraction": _scalar(info.get("env/format_ok_fraction")),
-            "valid_action_fraction": _scalar(info.get("env/valid_action_fraction"))}
+            "format_ok_fraction": _scalar(info.get(names.ENV_FORMAT_OK_FRACTION)),
+            "valid_action_fraction": _scalar(info.get(names.ENV_VALID_ACTION_FRACTION))}
 
 
 def pick_samples(samples: list, group_size: int, n: int, tokenizer, prefill: str, kept_groups=None) -> list[dict]:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 
 import mi_probe
+from ragen2 import metric_names as names
 from ragen2.algos.advantages import turn_index
 from ragen2.rollout.chat import ChatFormat, reasoning_span
 
@@ -129,9 +130,9 @@ def probe_metrics(probe, samples: list, group_size: int, step: int, forward: For
     batch = probe_batch(samples, group_size, probe.tokenizer, prefill, probe.pad_id)
     prompts, reasonings, owners = probe.pairs(batch, step)
     if len(set(owners)) < 2:
-        return {"probe/skipped_too_few_groups": 1.0, "probe/num_pairs": float(len(owners))}
+        return {names.PROBE_SKIPPED_TOO_FEW_GROUPS: 1.0, "probe/num_pairs": float(len(owners))}
     L, L_sum = cross_score_with_forward(forward, prompts, reasonings, probe.pad_id, micro_batch_size)
     metrics = mi_probe.mi_metrics_both(L, L_sum, torch.tensor(owners), column_ids=mi_probe.prompt_identities(prompts))
     metrics.update(probe.ema.update(metrics))
     # (no num_pairs here: the local probe logs it only when it skips; num_rows counts the pairs)
-    return {f"probe/{key}": float(value) for key, value in metrics.items()}
+    return {names.PROBE + key: float(value) for key, value in metrics.items()}

@@ -19,6 +19,7 @@ import math
 import time
 from pathlib import Path
 
+from ragen2 import metric_names as names
 from ragen2.run_dir import CompletionsLog, DirectoryGuard, MetricsFile, steps_of, summary, write_summary
 
 
@@ -34,11 +35,11 @@ def numeric(logs: dict | None) -> dict[str, float]:
 def eval_row(eval_logs: dict) -> dict[str, float]:
     """OpenRLHF's eval metrics under `openrlhf/`, plus their means over data sources under `val/`."""
     logs = numeric(eval_logs)
-    row = {f"openrlhf/{key}": value for key, value in logs.items()}
+    row = {names.OPENRLHF + key: value for key, value in logs.items()}
     mean_reward = [v for k, v in logs.items() if k.startswith("eval_") and k.endswith("_pass1")]
     best_reward = [v for k, v in logs.items() if k.startswith("eval_") and "_pass" in k and not k.endswith("_pass1")]
     if mean_reward:
-        row["val/reward_mean"] = sum(mean_reward) / len(mean_reward)
+        row[names.VAL_REWARD_MEAN] = sum(mean_reward) / len(mean_reward)
     if best_reward:
         row["val/max_reward_mean"] = sum(best_reward) / len(best_reward)
     return row

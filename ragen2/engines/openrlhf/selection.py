@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 import snr
+from ragen2 import metric_names as names
 
 
 class SampleGroupError(ValueError):
@@ -97,24 +98,24 @@ def rollout_metrics(samples: list, group_size: int, ddof: int = 1) -> dict[str, 
     flat = rewards.reshape(-1)
     spread = snr.group_spread(rewards, ddof)[0]
     out = {
-        "rollout/reward_mean": float(flat.mean()),
+        names.ROLLOUT_REWARD_MEAN: float(flat.mean()),
         "rollout/reward_std": float(flat.std(unbiased=False)),
-        "rollout/in_group_reward_std_mean": float(spread.sqrt().mean()),
+        names.ROLLOUT_IN_GROUP_REWARD_STD_MEAN: float(spread.sqrt().mean()),
         "rollout/in_group_reward_variance_mean": float(spread.mean()),
-        "rollout/num_trajectories": float(len(samples)),
+        names.ROLLOUT_NUM_TRAJECTORIES: float(len(samples)),
         "rollout/num_groups": float(rewards.shape[0]),
     }
     scores = [float(torch.as_tensor(s.scores).reshape(-1)[0]) for s in samples
               if getattr(s, "scores", None) is not None]
     if len(scores) == len(samples):
-        out["rollout/success_rate"] = sum(scores) / len(scores)
-    turns = [_info(s, "env/num_turns") for s in samples]
+        out[names.ROLLOUT_SUCCESS_RATE] = sum(scores) / len(scores)
+    turns = [_info(s, names.ENV_NUM_TURNS) for s in samples]
     if None not in turns:
         out["rollout/turns_mean"] = sum(turns) / len(turns)
-        format_ok = [_info(s, "env/format_ok_fraction") for s in samples]
+        format_ok = [_info(s, names.ENV_FORMAT_OK_FRACTION) for s in samples]
         if None not in format_ok and sum(turns) > 0:  # the local engine's mean is over turns, not episodes
-            out["rollout/format_ok_fraction"] = sum(f * t for f, t in zip(format_ok, turns)) / sum(turns)
-    truncated_context = [_info(s, "env/context_truncated") for s in samples]
+            out[names.ROLLOUT_FORMAT_OK_FRACTION] = sum(f * t for f, t in zip(format_ok, turns)) / sum(turns)
+    truncated_context = [_info(s, names.ENV_CONTEXT_TRUNCATED) for s in samples]
     if None not in truncated_context:
         out["rollout/context_truncated"] = float(sum(truncated_context))
     lengths = [getattr(s, "response_length", None) for s in samples]

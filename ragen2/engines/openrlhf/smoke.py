@@ -29,6 +29,7 @@ import threading
 import time
 from pathlib import Path
 
+from ragen2 import metric_names as names
 from ragen2.engines.openrlhf import SMOKE_LOG_ENV as LOG_ENV
 
 DEFAULT_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
@@ -39,7 +40,7 @@ CASES = {
              "probe.num_samples=8", "trainer.val_every=1", "trainer.save_every=1", "trainer.keep_last=1"],
     "ppo": ["--env", "bandit", "--algo", "ppo", "--steps", "1", "algo.kl_coef=0.01"],
 }
-EXPECTED = {"grpo": ("policy_loss", "rollout/reward_mean", "vllm_kl"),
+EXPECTED = {"grpo": ("policy_loss", names.ROLLOUT_REWARD_MEAN, "vllm_kl"),
             "ppo": ("policy_loss", "critic_loss", "kl", "vllm_kl")}
 CORRECTION = ["--algo.advantage.is_correction_level", "token", "--algo.advantage.is_correction_threshold", "0", "1e9"]
 RUN_TIMEOUT_S = 270  # both runs within 10 minutes
@@ -141,11 +142,11 @@ def check_case(case: str, run_dir: Path, log: str, smoke_log: Path) -> dict:
         expected = sorted((seed, k) for seed in val for k in range(4))
         if len(numbered) != 2 * len(expected) or sorted(numbered[:half]) != expected or sorted(numbered[half:]) != expected:
             failures.append(f"evaluations not on the same instances with indices 0..G-1: {numbered}")
-        if [r["step"] for r in rows if "val/reward_mean" in r] != [0, 1]:
+        if [r["step"] for r in rows if names.VAL_REWARD_MEAN in r] != [0, 1]:
             failures.append("not evaluated after steps 0 and 1")
         if not (run_dir / "checkpoints" / "_actor" / "global_step2").is_dir():
             failures.append("no checkpoint global_step2")
-        if not any(k.startswith("probe/") for r in trained for k in r):
+        if not any(k.startswith(names.PROBE) for r in trained for k in r):
             failures.append("no probe/ metrics")
     finishes = {}
     for r in generates:

@@ -51,6 +51,7 @@ from openrlhf.trainer import ppo_trainer as _ppo_trainer_module
 from openrlhf.utils.logging_utils import init_logger
 
 import snr
+from ragen2 import metric_names as names
 from ragen2.config import ProbeSection
 from ragen2.engines.openrlhf import SETTINGS_ENV
 from ragen2.engines.openrlhf.completions import pick_samples
@@ -180,7 +181,8 @@ class RagenPPOTrainer(_Base):
             return {}, global_step
         self.ragen.skipped_now = False
         status, next_step = super().train_step(kept, global_step)
-        status = {("trained/" + k[len("rollout/"):] if k.startswith("rollout/") else k): v for k, v in status.items()}
+        status = {("trained/" + k.removeprefix(names.ROLLOUT) if k.startswith(names.ROLLOUT) else k): v
+                  for k, v in status.items()}
         status.update(self.ragen.ledger.flush())
         status.update(metrics)
         return status, next_step

@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import warnings
 
+from ragen2 import metric_names as names
+
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m ragen2.integrations.trl.example", description=__doc__.split("\n")[0])
@@ -67,8 +69,9 @@ def main(argv=None) -> list[dict]:
     rows = [row for row in trainer.state.log_history if "loss" in row]
     for row in rows:
         print(" ".join(f"{key}={row[key]:.4g}" for key in
-                       ("step", "reward", "reward_std", "snr/kept_fraction", "snr/skipped", "probe/mi_estimate",
-                        "probe/mi_zscore_ema", "probe/retrieval_accuracy@1", "probe/retrieval_chance_level@1")
+                       ("step", "reward", "reward_std", names.SNR_KEPT_FRACTION, names.SNR_SKIPPED,
+                        names.PROBE_MI_ESTIMATE, names.PROBE_MI_ZSCORE_EMA, names.PROBE_RETRIEVAL_ACCURACY_AT_1,
+                        names.PROBE_RETRIEVAL_CHANCE_LEVEL_AT_1)
                        if isinstance(row.get(key), (int, float))))
     if trainer.ragen2_stop_reason:
         print(f"stopped: {trainer.ragen2_stop_reason}")

@@ -18,6 +18,7 @@ import torch
 
 import mi_probe
 from mi_probe import Alert, CollapseDetectorConfig
+from ragen2 import metric_names as names
 from ragen2 import seeding
 from ragen2.instruments.probe import EARLY_WARNINGS, usable_scores
 
@@ -120,7 +121,7 @@ class CollapseProbe:
         if metrics is not None:
             metrics = {**metrics, **self.ema.update(metrics)}
             mi_zscore_ema = metrics["mi_zscore_ema"]
-            logged = {f"probe/{key}": float(value) for key, value in metrics.items()}
+            logged = {names.PROBE + key: float(value) for key, value in metrics.items()}
         alerts = self.detector.update(step, mi_zscore_ema=mi_zscore_ema, entropy=entropy, reward_std=reward_std)
         for alert in alerts:
             logged[f"alert/{alert.kind}"] = 1.0

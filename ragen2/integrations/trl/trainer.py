@@ -31,6 +31,7 @@ import torch
 from trl import GRPOTrainer
 
 import snr
+from ragen2 import metric_names as names
 from ragen2.integrations.trl.filtering import GroupFilter, SNRFilterArgs, drop_from_loss, group_rewards
 from ragen2.integrations.trl.probe import CollapseProbe, MIProbeArgs
 
@@ -124,7 +125,7 @@ class RAGEN2GRPOTrainer(GRPOTrainer):
                                     output["completion_mask"], step)
             metrics = self._ragen2_mean_over_processes(metrics, probe.keys)
             if metrics is None:
-                self._ragen2_log({"probe/skipped_too_few_groups": 1.0})
+                self._ragen2_log({names.PROBE_SKIPPED_TOO_FEW_GROUPS: 1.0})
         reward_std = float(snr.group_spread(rewards)[1].mean())
         logged, _, stop_on = probe.observe(step, metrics, entropy=self._ragen2_entropy, reward_std=reward_std)
         self._ragen2_log(logged)
