@@ -111,5 +111,5 @@ PROBE_SKIPPED_TOO_FEW_GROUPS = "probe/skipped_too_few_groups"  # 1.0 when fewer 
 # -- OpenRLHF agent's per-episode extra logs (engines/openrlhf/agent -> selection, completions)
 ENV_NUM_TURNS = "env/num_turns"  # turns the episode took
 ENV_FORMAT_OK_FRACTION = "env/format_ok_fraction"  # share of the episode's turns that parsed
-ENV_VALID_ACTION_FRACTION = "env/valid_action_fraction"  # share of parsed actions the env accepted
+ENV_VALID_ACTION_FRACTION = "env/valid_action_fraction"  # share of the episode's turns the env called valid
 ENV_CONTEXT_TRUNCATED = "env/context_truncated"  # 1.0 when the episode's context was cut
