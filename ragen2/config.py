@@ -330,12 +330,19 @@ RENAMED = {
     ("probe", "collapse_consecutive"): [("probe", "collapse", "mi_patience")],
 }
 
+# Keys a saved config may hold that no longer set anything: dropped on load. rollout.backend chose
+# between our decoder and Hugging Face's loop; both gave way to one path (rollout/kv_rows.py).
+REMOVED = {("rollout", "backend")}
+
 
 def upgrade_saved(data: dict) -> dict:
     """A saved config (a run's config.yaml) with its keys as this version names them."""
     if not isinstance(data, dict):
         return data
     data = copy.deepcopy(data)
+    for section, key in REMOVED:
+        if isinstance(data.get(section), dict):
+            data[section].pop(key, None)
     for (section, key), targets in RENAMED.items():
         if not isinstance(data.get(section), dict) or key not in data[section]:
             continue

@@ -13,9 +13,7 @@ from typing import Literal, get_args
 from envs.parsing import STOP_STRINGS
 
 ContextMode = Literal["full", "window"]
-Backend = Literal["auto", "fast", "hf"]
 CONTEXT_MODES = get_args(ContextMode)
-BACKENDS = get_args(Backend)
 
 
 class RolloutConfigError(ValueError):
@@ -47,9 +45,6 @@ class RolloutConfig:
                         ("<think>", or "<answer>" for answer-only envs), as RAGEN does: the
                         model continues from inside the format instead of having to start
                         it, which a 135M model rarely does unprompted.
-    backend             kept so that saved configs load; every value runs the one path
-                        (the model's own forward over a KV cache kept across turns,
-                        ragen2/rollout/kv_rows.py).
     """
 
     num_groups: int = 4
@@ -64,7 +59,6 @@ class RolloutConfig:
     max_response_words: int | None = None
     stop_strings: tuple[str, ...] = STOP_STRINGS
     prefill_tag: bool = True
-    backend: Backend = "auto"
 
     def __post_init__(self) -> None:
         for name in ("num_groups", "group_size", "max_turns", "max_new_tokens", "window_turns"):
@@ -78,8 +72,6 @@ class RolloutConfig:
             raise RolloutConfigError(f"top_p must be in (0, 1], got {self.top_p!r}")
         if self.max_response_words is not None:
             _whole("max_response_words", self.max_response_words, what="None or an int")
-        if self.backend not in BACKENDS:
-            raise RolloutConfigError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
         if self.max_new_tokens >= self.max_context_tokens:
             raise RolloutConfigError(f"max_new_tokens ({self.max_new_tokens}) must be below "
                                      f"max_context_tokens ({self.max_context_tokens}): no room for a prompt")

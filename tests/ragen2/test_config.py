@@ -34,7 +34,7 @@ def test_paper_configs_load_after_presets():
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (["rollout.group_sze=3"], "rollout.group_sze: unknown key (did you mean rollout.group_size?); valid keys: ['backend', 'context', 'group_size'"),
+    (["rollout.group_sze=3"], "rollout.group_sze: unknown key (did you mean rollout.group_size?); valid keys: ['context', 'group_size'"),
     (["algo.advantage=foo"], "algo.advantage: Input should be 'gae', 'bilevel_gae', 'grpo' or 'dr_grpo'"),
     (["trainer.total_steps=0"], "trainer.total_steps: Input should be greater than or equal to 1"),
     (["rollout.group_size=1", "algo.advantage=grpo"], "needs rollout.group_size >= 2"),

@@ -109,6 +109,7 @@ def test_a_config_yaml_of_the_earlier_layout_loads_with_its_keys_moved():
     assert cfg.env.name == "sokoban" and cfg.rollout.max_turns == old["rollout"]["max_turns"]
     assert build_config(yaml.safe_load(cfg.to_yaml())) == cfg  # and the upgraded one is written in the new layout
     assert "collapse_mi_fraction" not in cfg.to_yaml() and "\n  preset:" not in cfg.to_yaml()
+    assert old["rollout"]["backend"] == "fast" and "backend" not in cfg.to_yaml()  # a removed key is dropped
     with pytest.raises(ConfigError, match="filter.max_consecutive_skips: unknown key"):
         build_config(old)  # only a saved run's config is upgraded; a fresh one names its keys as they are now
 
