@@ -37,8 +37,12 @@ def checkpoint_size(events_path: Path) -> dict | None:
     for line in events_path.read_text().splitlines():
         event = json.loads(line) if line.strip() else {}
         if event.get("kind") == "checkpoint_size":
-            total, optimiser = re.search(r"([\d.]+) MB \(([\d.]+) MB", event["message"]).groups()
-            return {"total_mb": float(total), "optimizer_state_mb": float(optimiser), "message": event["message"]}
+            # the optimiser's share is printed only when it is a tenth or more (none before a first update)
+            total = re.search(r": ([\d.]+) MB", event["message"])
+            optimiser = re.search(r"\(([\d.]+) MB of it optimiser state", event["message"])
+            return {"total_mb": float(total.group(1)) if total else None,
+                    "optimizer_state_mb": float(optimiser.group(1)) if optimiser else None,
+                    "message": event["message"]}
     return None
 
 
