@@ -153,6 +153,8 @@ def test_every_sourced_table_matches_its_committed_source(document):
 @pytest.mark.parametrize("document", _documents(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_sourced_paragraph_matches_its_committed_source(document):
     for sources, paragraph in sourced_paragraphs(document.read_text()):
+        # a comment alone between blank lines sources nothing (a table's goes directly above it)
+        assert SOURCE.sub("", paragraph).strip(), f"{document.name}: the comment for {sources} stands alone"
         bad = unmatched(prose_numbers(paragraph), _source_numbers(document, sources))
         assert not bad, f"{document.name}: numbers not in {sources}: {bad} in {paragraph[:120]!r}"
 
@@ -180,6 +182,7 @@ def test_a_source_comment_in_prose_checks_its_paragraph_not_the_next_table():
     assert unmatched(prose_numbers(paragraph), [101.08, 0.12]) == []
     assert unmatched(prose_numbers(paragraph), [100.0, 0.12]) == ["101.1"]
     assert sourced_paragraphs("Mark prose with `<!-- source: PATH -->`.") == []
+    assert sourced_paragraphs("<!-- source: d.json -->\n\n| z |\n| --- |\n| 1 |") == [("d.json", "<!-- source: d.json -->")]
     inline = "Retrieval rose to 0.81 (<!-- source: c.json -->) by step 3, MI to 1.60. Torch 2.13.0."
     assert sourced_paragraphs(inline) == [("c.json", inline)] and prose_numbers(inline) == ["0.81", "1.60"]
 
