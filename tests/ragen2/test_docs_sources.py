@@ -56,10 +56,7 @@ def sourced_tables(text: str) -> list[tuple[str, list[str]]]:
     for index, sources in _source_comments(lines):
         if not _introduces_table(lines, index):
             continue
-        start = index + 1
-        while not lines[start].startswith("|"):
-            start += 1
-        end = start
+        start = end = index + 1
         while end < len(lines) and lines[end].startswith("|"):
             end += 1
         found.append((sources, lines[start:end]))
