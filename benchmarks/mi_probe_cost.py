@@ -15,12 +15,18 @@ the same machine state:
 3. one full training step (`trainer.train_step`, probe off; its rollout is the batch probed
    above), and the probe's amortised share
    of step time at `--every` (probe time / (every x step time); targets: speed-up >= 5x,
-   share <= 5%).
+   share <= 5%);
+4. the prefix all prompts share (the system text) encoded once (the default) vs once per prompt,
+   alternating `--repeats` times;
+5. the scoring in fp32 (as the probe runs it) vs under autocast to the policy's compute dtype
+   (bf16 where `model.dtype=auto` picks it): time, the largest |L difference|, and both MI
+   estimates, alternating `--repeats` times.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import tempfile
@@ -30,6 +36,7 @@ from pathlib import Path
 import torch
 
 import mi_probe
+from ragen2 import precision
 from ragen2.instruments import probe as probe_lib
 from ragen2.engines.local import trainer
 from ragen2.bench.machine import machine_info
@@ -54,6 +61,9 @@ def main() -> int:
     parser.add_argument("--every", type=int, default=ProbeSection().every, help="probe cadence for the share")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--skip-naive", action="store_true", help="leave out the (slow) naive loop")
+    parser.add_argument("--segment", choices=("auto", "reasoning", "reply"), default="auto",
+                        help="what the probe scores (auto: as the trainer resolves it for the env)")
+    parser.add_argument("--repeats", type=int, default=2, help="alternating runs of shared-prefix off/on")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -77,7 +87,10 @@ def main() -> int:
         step_metrics = step_result.metrics
         trainer.rollout = trainer_rollout
         batch = rolled_out[0]
-        probe = probe_lib.Probe(ProbeSection(every=1, mode=args.mode, num_samples=args.num_samples), tokenizer)
+        # auto: as the trainer resolved it for the env in setup (reply for an answer-only env)
+        segment = cfg.probe.segment if args.segment == "auto" else args.segment
+        probe = probe_lib.Probe(ProbeSection(every=1, mode=args.mode, num_samples=args.num_samples,
+                                             segment=segment), tokenizer)
 
         # 1. the probe as the trainer runs it vs one old-log-prob pass
         probe_metrics, probe_s = timed(probe.measure, policy, batch, 0)
@@ -93,6 +106,39 @@ def main() -> int:
             fast, fast_s = timed(mi_probe.cross_score, policy, prompts, reasonings, owners,
                                  pad_token_id=probe.pad_id)
             result.update(cross_score_batched_s=fast_s)
+            # 4. the system prefix every prompt shares: encoded once (default) vs once per prompt
+            sides = {"whole_prompts": False, "shared_system_prefix": True}
+            runs = {name: [] for name in sides}
+            for _ in range(args.repeats):  # alternating, so a busy spell hits both sides
+                for name, share in sides.items():
+                    scores, seconds = timed(mi_probe.cross_score, policy, prompts, reasonings, owners,
+                                            pad_token_id=probe.pad_id, share_system_prefix=share)
+                    runs[name].append(round(seconds, 3))
+                    result.setdefault("L_" + name, scores.L)
+            result["system_prefix"] = {
+                "runs_s": runs, "speedup_best": round(min(runs["whole_prompts"]) / min(runs["shared_system_prefix"]), 3),
+                "max_abs_diff_L": float((result.pop("L_whole_prompts") - result.pop("L_shared_system_prefix")).abs().max()),
+                "prompt_tokens": sum(len(p) for p in {tuple(p) for p in prompts}),
+                "shared_prefix_tokens": mi_probe.cross_scoring._shared_prefix_length([list(p) for p in {tuple(p) for p in prompts}]),
+                "scored_pair_tokens": sum(len(z) for z in reasonings) * len({tuple(p) for p in prompts})}
+            # 5. the scoring in fp32 (as the probe runs it) vs in the policy's compute dtype (autocast)
+            dtypes = {"fp32": contextlib.nullcontext, "compute_dtype": lambda: precision.autocast(policy)}
+            runs, estimates = {name: [] for name in dtypes}, {}
+            for _ in range(args.repeats):
+                for name, context in dtypes.items():
+                    with context():
+                        scores, seconds = timed(mi_probe.cross_score, policy, prompts, reasonings, owners,
+                                                pad_token_id=probe.pad_id)
+                    runs[name].append(round(seconds, 3))
+                    L, L_sum, owner, columns, _ = probe_lib.usable_scores(scores)
+                    estimates[name] = (L, {k: float(v) for k, v in mi_probe.mi_metrics_both(
+                        L, L_sum, owner, column_ids=columns).items() if k in ("mi_estimate", "retrieval_accuracy@1")})
+            result["scoring_dtype"] = {
+                "compute_dtype": str(precision.compute_dtype(policy)), "runs_s": runs,
+                "speedup_best": round(min(runs["fp32"]) / min(runs["compute_dtype"]), 3),
+                "max_abs_diff_L": float((estimates["fp32"][0] - estimates["compute_dtype"][0]).abs().max()),
+                "max_abs_L": float(estimates["fp32"][0].abs().max()),
+                "metrics": {name: value[1] for name, value in estimates.items()}}
             if not args.skip_naive:
                 naive, naive_s = timed(mi_probe.cross_score_naive, policy, prompts, reasonings, owners)
                 result.update(cross_score_naive_s=naive_s, batched_speedup=naive_s / fast_s,
@@ -102,11 +148,11 @@ def main() -> int:
     step_s_reported = step_metrics["time/step_s"]
     out = {
         "machine": machine_info(),
-        "model": "SmolLM2-135M-Instruct (bundled), fp32, CPU",
+        "model": "SmolLM2-135M-Instruct (bundled), CPU; the probe scores in fp32",
         "batch": {"groups": args.groups, "group_size": args.group_size, "rows": len(batch),
                   "padded_width": int(ids.shape[1]), "tokens": batch.num_tokens,
                   "response_tokens": batch.num_response_tokens, "reasoning_spans": len(batch.reasoning_spans)},
-        "probe": {"mode": args.mode, "columns": len(prompts), "distinct_prompts": len({tuple(p) for p in prompts}),
+        "probe": {"mode": args.mode, "segment": probe.cfg.segment, "columns": len(prompts), "distinct_prompts": len({tuple(p) for p in prompts}),
                   "rows": len(reasonings), "reasoning_tokens_mean": (sum(reasoning_tokens) / len(reasoning_tokens)
                                                                      if reasoning_tokens else 0.0),
                   "skipped": bool(probe_metrics.get("probe/skipped_too_few_groups")),

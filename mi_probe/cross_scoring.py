@@ -183,8 +183,12 @@ def cross_score(
     *,
     micro_batch_size: int = 16,
     pad_token_id: int = 0,
+    share_system_prefix: bool = True,
 ) -> CrossScores:
-    """Score every reasoning under every prompt, reusing each prompt's KV cache."""
+    """Score every reasoning under every prompt, reusing each prompt's KV cache.
+
+    `share_system_prefix=False` encodes each prompt whole (the same scores; for measuring).
+    """
     if isinstance(micro_batch_size, bool) or not isinstance(micro_batch_size, int) or micro_batch_size < 1:
         raise ValueError(f"micro_batch_size must be an int >= 1, got {micro_batch_size!r}")
     vocab_size = getattr(getattr(model, "config", None), "vocab_size", None)
@@ -208,7 +212,7 @@ def cross_score(
 
     cache_kwarg = _cache_kwarg(model)
     distinct = [pairs.prompts[cols_same[0]] for cols_same in columns_of.values()]
-    shared = _shared_prefix_length(distinct)
+    shared = _shared_prefix_length(distinct) if share_system_prefix else 0
     with _scoring_mode(model):
         shared_cache = None
         if shared:  # the system text every prompt begins with: encoded once, its cache copied per prompt
