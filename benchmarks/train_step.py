@@ -80,9 +80,15 @@ class ForwardCounter:
 
     def _decoder(self, module, args, kwargs):
         if self.enabled:
-            ids, attn = kwargs.get("input_ids"), kwargs.get("attention_mask")
-            self.fed_tokens += ids.numel()
-            self.real_tokens += int(attn.sum()) if attn is not None else ids.numel()
+            # shared-prefix passes call the decoder with input_ids positionally or with embeddings,
+            # and with a 4-D mask: count positions fed, and real ones only from a 2-D padding mask.
+            # With optim.shared_prefix on, each row's mask also counts its group's prefix, which
+            # runs once per group: the 6·N·tokens MFU then overstates; measure it with it off.
+            ids = kwargs.get("input_ids", args[0] if args else None)
+            fed = ids.numel() if ids is not None else kwargs["inputs_embeds"].shape[:2].numel()
+            attn = kwargs.get("attention_mask")
+            self.fed_tokens += fed
+            self.real_tokens += int(attn.sum()) if attn is not None and attn.dim() == 2 else fed
 
     def _head(self, module, args):
         if self.enabled:
