@@ -40,6 +40,7 @@ import torch
 
 import envs
 from envs.prompt import first_turn_messages
+from ragen2 import metric_names as names
 from ragen2 import models as model_lib
 from ragen2 import seeding
 from ragen2.engines.local import trainer
@@ -205,7 +206,7 @@ def main() -> None:
             run.state.step += 1
             metrics = trainer.train_step(run).metrics
             run.state.step += 1
-            log(f"train step: {metrics['time/step_s']:.1f} s")
+            log(f"train step: {metrics[names.TIME_STEP_S]:.1f} s")
             report["train_step"] = {k.removeprefix("time/"): v for k, v in metrics.items() if k.startswith("time/")}
             report["train_step"]["update_tokens_per_s"] = round(metrics.get("throughput/update_tokens_per_s", 0), 1)
             report["train_step"]["rollout_tokens_per_s"] = round(metrics["throughput/rollout_tokens_per_s"], 1)
