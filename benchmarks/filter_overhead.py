@@ -40,6 +40,7 @@ from pathlib import Path
 import torch
 
 import snr
+from ragen2 import metric_names as names
 from ragen2.engines.local import trainer
 from ragen2.bench.machine import machine_info
 from ragen2.config import load_config
@@ -47,6 +48,8 @@ from ragen2.engines.local import learner
 
 SHAPES = [(4, 4), (8, 16), (64, 16), (128, 16)]  # CPU default, then paper-scale [P, G]
 PRESETS = ["starpo-s", "snr-top-p", "snr-top-k", "snr-min-p"]
+# the trainer times the selection as phase "filter", a name metric_names does not define
+FILTER_PHASE_S = names.phase_seconds("filter")
 
 
 def bandit_like_rewards(num_groups: int, group_size: int, generator: torch.Generator) -> torch.Tensor:
@@ -96,7 +99,7 @@ def update_inputs(run, batch):
     builds them, old log-probs included) and the seconds its old log-probs took."""
     timer = trainer.Timer()
     data = learner.update_inputs(run.services.models, batch, run.cfg, timer=timer)
-    return data, timer.seconds["old_log_probs"]
+    return data, timer.seconds[names.PHASE_OLD_LOG_PROBS]
 
 
 def restore(run, saved: dict) -> learner.Optimizers:
@@ -195,7 +198,7 @@ def main() -> None:
     warmup = trainer.train_step(run).metrics
     run.state.step += 1
     step = trainer.train_step(run).metrics
-    step_s, batch = step["time/step_s"], batches[-1]
+    step_s, batch = step[names.TIME_STEP_S], batches[-1]
 
     worst = max(r["seconds_per_call"] for r in selection if r["shape"] == [cfg.rollout.num_groups,
                                                                            cfg.rollout.group_size])
@@ -205,10 +208,10 @@ def main() -> None:
         "config": {"algo": cfg.algo.name, "advantage": cfg.algo.advantage, "num_groups": cfg.rollout.num_groups,
                    "group_size": cfg.rollout.group_size, "max_new_tokens": cfg.rollout.max_new_tokens,
                    "micro_batch_size": cfg.optim.micro_batch_size, "mini_batch_size": cfg.optim.mini_batch_size},
-        "step": {"step_s": step_s, "warmup_step_s": warmup["time/step_s"],
+        "step": {"step_s": step_s, "warmup_step_s": warmup[names.TIME_STEP_S],
                  "phases_s": {k[5:-2]: v for k, v in step.items() if k.startswith("time/") and k.endswith("_s")},
-                 "trainer_filter_phase_s": step["time/filter_s"],
-                 "trainer_filter_phase_fraction_of_step": step["time/filter_s"] / step_s},
+                 "trainer_filter_phase_s": step[FILTER_PHASE_S],
+                 "trainer_filter_phase_fraction_of_step": step[FILTER_PHASE_S] / step_s},
         "selection": {"calls_per_point": args.select_calls, "by_shape_and_preset": selection,
                       "slowest_at_run_shape_s": worst,
                       "slowest_at_run_shape_fraction_of_step": worst / step_s,

@@ -22,13 +22,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from ragen2 import metric_names as names
 from ragen2.bench.machine import code_version, emit_report, machine_info
 from ragen2.models import model_cache_root
 
 
 def step_phases(metrics_path: Path) -> list[dict]:
     rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
-    keys = ("time/step_s", "time/rollout_s", "time/update_s", "time/validation_s")
+    keys = (names.TIME_STEP_S, names.TIME_ROLLOUT_S, names.TIME_UPDATE_S, names.TIME_VALIDATION_S)
     return [{"step": row["step"], **{k.split("/")[1]: row[k] for k in keys if k in row}} for row in rows]
 
 

@@ -36,6 +36,7 @@ from pathlib import Path
 import torch
 
 import mi_probe
+from ragen2 import metric_names as names
 from ragen2 import precision
 from ragen2.instruments import probe as probe_lib
 from ragen2.engines.local import trainer
@@ -145,7 +146,7 @@ def main() -> int:
                               max_abs_diff_L=float((fast.L - naive.L).abs().max()))
 
     reasoning_tokens = [len(z) for z in reasonings]
-    step_s_reported = step_metrics["time/step_s"]
+    step_s_reported = step_metrics[names.TIME_STEP_S]
     out = {
         "machine": machine_info(),
         "model": "SmolLM2-135M-Instruct (bundled), CPU; the probe scores in fp32",
@@ -155,11 +156,11 @@ def main() -> int:
         "probe": {"mode": args.mode, "segment": probe.cfg.segment, "columns": len(prompts), "distinct_prompts": len({tuple(p) for p in prompts}),
                   "rows": len(reasonings), "reasoning_tokens_mean": (sum(reasoning_tokens) / len(reasoning_tokens)
                                                                      if reasoning_tokens else 0.0),
-                  "skipped": bool(probe_metrics.get("probe/skipped_too_few_groups")),
-                  "mi_estimate": probe_metrics.get("probe/mi_estimate"),
-                  "retrieval_accuracy@1": probe_metrics.get("probe/retrieval_accuracy@1")},
+                  "skipped": bool(probe_metrics.get(names.PROBE_SKIPPED_TOO_FEW_GROUPS)),
+                  "mi_estimate": probe_metrics.get(names.PROBE_MI_ESTIMATE),
+                  "retrieval_accuracy@1": probe_metrics.get(names.PROBE_RETRIEVAL_ACCURACY_AT_1)},
         "seconds": {"model_load": load_s, "train_step": step_s, "train_step_logged": step_s_reported,
-                    "rollout": step_metrics["time/rollout_s"], "probe": probe_s,
+                    "rollout": step_metrics[names.TIME_ROLLOUT_S], "probe": probe_s,
                     "old_log_prob_pass": old_log_prob_s, **result},
         "probe_over_old_log_prob_pass": probe_s / old_log_prob_s,
         "probe_every": args.every,

@@ -111,6 +111,7 @@ class PhaseMeter:
 def child(args) -> None:
     import torch
 
+    from ragen2 import metric_names as names
     from ragen2.config import load_config
     from ragen2.engines.local import learner, trainer
     from ragen2.instruments import probe as probe_lib
@@ -140,8 +141,8 @@ def child(args) -> None:
                    "mini_batch": cfg.optim.mini_batch_size, "micro_batch": cfg.optim.micro_batch_size,
                    "shared_prefix": cfg.optim.shared_prefix, "probe_every": cfg.probe.every,
                    "grad_every": cfg.probe.grad_every, "val_before": cfg.trainer.val_before},
-        "batch": {k: step[k] for k in ("batch/update_rows", "update/tokens", "rollout/response_tokens_mean",
-                                       "time/step_s") if k in step},
+        "batch": {k: step[k] for k in ("batch/update_rows", names.UPDATE_TOKENS, names.ROLLOUT_RESPONSE_TOKENS_MEAN,
+                                       names.TIME_STEP_S) if k in step},
         "steps_done": summary.get("steps"),
         "peak_rss_gb": round(meter.peak_kb / 2 ** 20, 3),
         "phases": meter.phases,

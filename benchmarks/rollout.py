@@ -30,6 +30,7 @@ import torch
 import envs
 from ragen2 import models as model_lib
 from ragen2.bench.machine import machine_info
+from ragen2.metric_names import ROLLOUT
 from ragen2.rollout import RolloutConfig, rollout
 
 ROOT = Path(__file__).resolve().parents[1]  # the git checkout the old code is read from
@@ -61,7 +62,7 @@ def timed_rollout(fn, config_cls, model, tokenizer, args) -> dict:
     seconds = time.perf_counter() - started
     tokens = batch.num_response_tokens
     return {"seconds": round(seconds, 2), "sampled_tokens": tokens, "tokens_per_s": round(tokens / seconds, 1),
-            "turns_mean": round(batch.metrics()["rollout/turns_mean"], 2),
+            "turns_mean": round(batch.metrics()[ROLLOUT + "turns_mean"], 2),
             "row_tokens_max": int(batch.attention_mask.sum(-1).max())}
 
 

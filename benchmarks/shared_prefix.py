@@ -43,6 +43,7 @@ from pathlib import Path
 
 import torch
 
+from ragen2 import metric_names as names
 from ragen2 import seeding
 from ragen2.bench.machine import emit_report, machine_info
 from ragen2.config import load_config
@@ -218,10 +219,10 @@ def whole_steps(cfg, models, repeats: int, restore) -> dict:
                 run.services.log.close()
             phases = {k.removeprefix("time/").removesuffix("_s"): round(v, 3) for k, v in metrics.items()
                       if k.startswith("time/")}
-            if "probe/time_s" in metrics:
-                phases["probe"] = round(metrics["probe/time_s"], 3)
-            return {"phases_s": phases, "reward_mean": metrics.get("rollout/reward_mean"),
-                    "update_metrics": {k: metrics[k] for k in ("actor/entropy", "actor/grad_norm", "actor/pg_loss")
+            if names.PROBE_TIME_S in metrics:
+                phases["probe"] = round(metrics[names.PROBE_TIME_S], 3)
+            return {"phases_s": phases, "reward_mean": metrics.get(names.ROLLOUT_REWARD_MEAN),
+                    "update_metrics": {k: metrics[k] for k in (names.ACTOR_ENTROPY, names.ACTOR_GRAD_NORM, "actor/pg_loss")
                                        if k in metrics}}
 
         one_step("on")  # warm-up: first-call costs (allocator, kernels) stay out of the timed steps
@@ -233,14 +234,16 @@ def whole_steps(cfg, models, repeats: int, restore) -> dict:
                     f"{results[side][-1]['phases_s']}")
     best = {side: min(runs, key=lambda r: r["phases_s"]["step"]) for side, runs in results.items()}
     # The step's own phases; what the trainer times outside them (probe, batch building) is "other".
-    named = ("rollout", "probe", "old_log_probs", "ref_log_probs", "values", "advantages", "filter", "update")
+    named = (names.PHASE_ROLLOUT, "probe", names.PHASE_OLD_LOG_PROBS, names.PHASE_REF_LOG_PROBS, names.PHASE_VALUES,
+             names.PHASE_ADVANTAGES, "filter", names.PHASE_UPDATE)
     left = {name: best["on"]["phases_s"][name] for name in named if name in best["on"]["phases_s"]}
     left["other"] = round(best["on"]["phases_s"]["step"] - sum(left.values()), 3)
     return {
         "off": results["off"], "on": results["on"],
         "best_step_s": {side: best[side]["phases_s"]["step"] for side in best},
         "speedup_step": round(best["off"]["phases_s"]["step"] / best["on"]["phases_s"]["step"], 2),
-        "speedup_update": round(best["off"]["phases_s"]["update"] / best["on"]["phases_s"]["update"], 2),
+        "speedup_update": round(best["off"]["phases_s"][names.PHASE_UPDATE] / best["on"]["phases_s"][names.PHASE_UPDATE],
+                                2),
         "target_speedup_step": 2.0,
         "on_phases_s": left,
         "on_dominant_phase": max(left, key=left.get),

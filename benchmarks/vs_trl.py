@@ -42,6 +42,7 @@ from pathlib import Path
 import torch
 
 from envs.prompt import first_turn_messages
+from ragen2 import metric_names as names
 from ragen2 import models as model_lib
 from ragen2 import seeding
 from ragen2.engines.local import trainer
@@ -206,8 +207,8 @@ def main() -> dict:
             seconds = time.perf_counter() - started
             run.state.step += 1
             phases = {k.removeprefix("time/"): v for k, v in metrics.items()
-                      if k.startswith("time/") and k != "time/step_s"}
-            return {"step_s": seconds, **phases, "reward_mean": metrics["rollout/reward_mean"]}
+                      if k.startswith("time/") and k != names.TIME_STEP_S}
+            return {"step_s": seconds, **phases, "reward_mean": metrics[names.ROLLOUT_REWARD_MEAN]}
 
         steps = 1 + args.repeats
         seeds = [s for step in range(steps) for s in seeding.step_seeds(cfg, step)]

@@ -20,6 +20,7 @@ from pathlib import Path
 import yaml
 
 from ragen2.bench.stats import cluster_bootstrap_slope
+from ragen2.metric_names import GRAD
 
 SERIES = ("task_norm", "task_norm_per_token", "entropy_scaled_norm")
 
@@ -30,7 +31,7 @@ def points(run_dir: Path) -> list[dict]:
     for line in (run_dir / "metrics.jsonl").read_text().splitlines():
         metrics = json.loads(line)
         for key, value in metrics.items():
-            if key.startswith("grad/bucket_") and key.endswith("/reward_std_mean"):
+            if key.startswith(f"{GRAD}/bucket_") and key.endswith("/reward_std_mean"):
                 bucket = key[: -len("/reward_std_mean")]
                 if metrics.get(f"{bucket}/num_groups") != 1.0:
                     continue  # one group per bucket is what this analysis reads

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import torch
 
+from ragen2 import metric_names as names
 from ragen2.engines.local import trainer
 from ragen2.bench.machine import machine_info
 from ragen2.config import load_config
@@ -101,27 +102,27 @@ def summarise_run(run_dir: Path, k: int, wall_s: float | None, val_n: int) -> di
     before = json.loads((run_dir / VAL_BEFORE_FILE).read_text())
     summary = read_summary(run_dir)
     series = {
-        "reward_mean": [r["rollout/reward_mean"] for r in rows],
-        "success_rate": [r["rollout/success_rate"] for r in rows],
+        "reward_mean": [r[names.ROLLOUT_REWARD_MEAN] for r in rows],
+        "success_rate": [r[names.ROLLOUT_SUCCESS_RATE] for r in rows],
         "high_risk_rate": [arms[r["step"]]["high_risk"] / arms[r["step"]]["n"] for r in rows],
         "safe_rate": [arms[r["step"]]["safe"] / arms[r["step"]]["n"] for r in rows],
         "invalid_rate": [arms[r["step"]]["invalid"] / arms[r["step"]]["n"] for r in rows],
-        "response_tokens_mean": [r["rollout/response_tokens_mean"] for r in rows],
+        "response_tokens_mean": [r[names.ROLLOUT_RESPONSE_TOKENS_MEAN] for r in rows],
     }
     trend = {name: {"first_k": mean(v[:k]), "last_k": mean(v[-k:]), "slope_per_step": slope(v)}
              for name, v in series.items()}
     n_train = arms[rows[0]["step"]]["n"]
-    val_rows = [{"after_step": r["step"] + 1, "success_rate": r["val/success_rate"],
-                 "reward_mean": r["val/reward_mean"], "format_ok_fraction": r["val/format_ok_fraction"]}
-                for r in rows if "val/success_rate" in r]
-    val_before = {"after_step": 0, "success_rate": before["val/success_rate"],
-                  "reward_mean": before["val/reward_mean"], "format_ok_fraction": before["val/format_ok_fraction"]}
+    val_rows = [{"after_step": r["step"] + 1, "success_rate": r[names.VAL_SUCCESS_RATE],
+                 "reward_mean": r[names.VAL_REWARD_MEAN], "format_ok_fraction": r[names.VAL_FORMAT_OK_FRACTION]}
+                for r in rows if names.VAL_SUCCESS_RATE in r]
+    val_before = {"after_step": 0, "success_rate": before[names.VAL_SUCCESS_RATE],
+                  "reward_mean": before[names.VAL_REWARD_MEAN], "format_ok_fraction": before[names.VAL_FORMAT_OK_FRACTION]}
     after = val_rows[-1]
     return {
         "run_dir": str(run_dir),
         "wall_s": round(wall_s, 1) if wall_s is not None else summary.get("wall_s_this_session"),
         "steps": len(rows), "episodes_per_step": n_train,
-        "seconds_per_step_mean": round(mean([r["time/step_s"] for r in rows]), 1),
+        "seconds_per_step_mean": round(mean([r[names.TIME_STEP_S] for r in rows]), 1),
         "series": {name: [round(x, 4) for x in v] for name, v in series.items()},
         "trend": trend,
         "trend_k": k,
