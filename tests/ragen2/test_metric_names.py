@@ -1,9 +1,9 @@
 """Metric names are defined once (ragen2.metric_names): every name a reader reads is written.
 
-Two halves make the guarantee. Statically: no module of ragen2 spells a defined name as a
-literal (writers and readers import the constant), and the pure readers (reports, bench,
-run_dir, commands) spell no metric-like literal at all, so a reader cannot name a metric the
-module does not define. Dynamically: a 1-step run of a tiny model with every instrument on writes
+Two halves make the guarantee. Statically: no module of ragen2, benchmarks/ or scripts/ spells a
+defined name as a literal (writers and readers import the constant), and the pure readers
+(reports, bench, run_dir, commands) spell no metric-like literal at all, so a reader cannot name
+a metric the module does not define. Dynamically: a 1-step run of a tiny model with every instrument on writes
 every name the module defines for the local engine, so a writer that renames or drops one
 (snr and mi_probe spell theirs themselves) fails here.
 """
@@ -30,6 +30,10 @@ from tests.tiny import tiny_tokenizer
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 RAGEN2 = Path(names.__file__).parent
+ROOT = RAGEN2.parent
+# Where a defined name must come from the module: the package, and the benchmarks and scripts
+# that read its rows (a writer's rename would otherwise leave them reading a missing key).
+IMPORTERS = (RAGEN2, ROOT / "benchmarks", ROOT / "scripts")
 # Modules that only read rows: any metric-like literal in them would be a name nobody defines.
 READERS = ("reports", "bench", "commands", "run_dir.py")
 METRIC_LIKE = re.compile(r"^(rollout|val|probe|snr|actor|critic|time|update|env|grad|grad_prefilter|openrlhf)/")
@@ -52,12 +56,23 @@ def string_literals(path: Path):
             yield node.lineno, node.value
 
 
-def test_no_module_spells_a_defined_name_itself():
+def spelled_names(folders) -> list[str]:
+    """`path:line 'name'` of every defined name spelled as a literal under `folders`."""
     defined = {value: const for const, value in defined_names().items()}
-    spelled = [f"{path.relative_to(RAGEN2.parent)}:{line} {value!r} (use metric_names.{defined[value]})"
-               for path in sorted(RAGEN2.rglob("*.py")) if path.name != "metric_names.py"
-               for line, value in string_literals(path) if value in defined]
-    assert spelled == []
+    return [f"{path.relative_to(folder.parent)}:{line} {value!r} (use metric_names.{defined[value]})"
+            for folder in folders for path in sorted(folder.rglob("*.py")) if path.name != "metric_names.py"
+            for line, value in string_literals(path) if value in defined]
+
+
+def test_no_module_spells_a_defined_name_itself():
+    # the benchmarks and scripts are there to scan (a moved folder would pass vacuously)
+    assert all(any(folder.glob("*.py")) for folder in IMPORTERS[1:])
+    assert spelled_names(IMPORTERS) == []
+
+
+def test_the_scan_finds_a_planted_name(tmp_path):
+    (tmp_path / "reader.py").write_text('step_s = row["time/step_s"]\nlabel = "time/step"\n')
+    assert spelled_names([tmp_path]) == [f"{tmp_path.name}/reader.py:1 'time/step_s' (use metric_names.TIME_STEP_S)"]
 
 
 def test_readers_name_no_metric_the_module_does_not_define():
