@@ -48,8 +48,7 @@ from ragen2.engines.local import learner
 
 SHAPES = [(4, 4), (8, 16), (64, 16), (128, 16)]  # CPU default, then paper-scale [P, G]
 PRESETS = ["starpo-s", "snr-top-p", "snr-top-k", "snr-min-p"]
-# the trainer times the selection as phase "filter", a name metric_names does not define
-FILTER_PHASE_S = names.phase_seconds("filter")
+FILTER_PHASE_S = names.TIME_FILTER_S
 
 
 def bandit_like_rewards(num_groups: int, group_size: int, generator: torch.Generator) -> torch.Tensor:
@@ -209,7 +208,7 @@ def main() -> None:
                    "group_size": cfg.rollout.group_size, "max_new_tokens": cfg.rollout.max_new_tokens,
                    "micro_batch_size": cfg.optim.micro_batch_size, "mini_batch_size": cfg.optim.mini_batch_size},
         "step": {"step_s": step_s, "warmup_step_s": warmup[names.TIME_STEP_S],
-                 "phases_s": {k[5:-2]: v for k, v in step.items() if k.startswith("time/") and k.endswith("_s")},
+                 "phases_s": {k.removeprefix(names.TIME)[:-2]: v for k, v in step.items() if k.startswith(names.TIME) and k.endswith("_s")},
                  "trainer_filter_phase_s": step[FILTER_PHASE_S],
                  "trainer_filter_phase_fraction_of_step": step[FILTER_PHASE_S] / step_s},
         "selection": {"calls_per_point": args.select_calls, "by_shape_and_preset": selection,

@@ -141,7 +141,7 @@ def child(args) -> None:
                    "mini_batch": cfg.optim.mini_batch_size, "micro_batch": cfg.optim.micro_batch_size,
                    "shared_prefix": cfg.optim.shared_prefix, "probe_every": cfg.probe.every,
                    "grad_every": cfg.probe.grad_every, "val_before": cfg.trainer.val_before},
-        "batch": {k: step[k] for k in ("batch/update_rows", names.UPDATE_TOKENS, names.ROLLOUT_RESPONSE_TOKENS_MEAN,
+        "batch": {k: step[k] for k in (names.UPDATE_ROWS, names.UPDATE_TOKENS, names.ROLLOUT_RESPONSE_TOKENS_MEAN,
                                        names.TIME_STEP_S) if k in step},
         "steps_done": summary.get("steps"),
         "peak_rss_gb": round(meter.peak_kb / 2 ** 20, 3),

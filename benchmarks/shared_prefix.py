@@ -191,7 +191,7 @@ def phase_comparison(cfg, models, optimizers, batch, repeats: int, on_policy: bo
     diff = (old_by_side["on"] - old_by_side["off"])[mask].abs().max().item()
     scale = old_by_side["off"][mask].abs().max().item()
     compared = {k: (metrics_by_side["off"][k], metrics_by_side["on"][k]) for k in metrics_by_side["off"]
-                if not k.startswith("time/")}
+                if not k.startswith(names.TIME)}
     return {
         "off": results["off"], "on": results["on"],
         "speedup_wall": {name: round(results["off"][name]["best_s"] / results["on"][name]["best_s"], 2)
@@ -217,12 +217,12 @@ def whole_steps(cfg, models, repeats: int, restore) -> dict:
                 metrics = trainer.train_step(run).metrics
             finally:
                 run.services.log.close()
-            phases = {k.removeprefix("time/").removesuffix("_s"): round(v, 3) for k, v in metrics.items()
-                      if k.startswith("time/")}
+            phases = {k.removeprefix(names.TIME).removesuffix("_s"): round(v, 3) for k, v in metrics.items()
+                      if k.startswith(names.TIME)}
             if names.PROBE_TIME_S in metrics:
                 phases["probe"] = round(metrics[names.PROBE_TIME_S], 3)
             return {"phases_s": phases, "reward_mean": metrics.get(names.ROLLOUT_REWARD_MEAN),
-                    "update_metrics": {k: metrics[k] for k in (names.ACTOR_ENTROPY, names.ACTOR_GRAD_NORM, "actor/pg_loss")
+                    "update_metrics": {k: metrics[k] for k in (names.ACTOR_ENTROPY, names.ACTOR_GRAD_NORM, names.ACTOR_PG_LOSS)
                                        if k in metrics}}
 
         one_step("on")  # warm-up: first-call costs (allocator, kernels) stay out of the timed steps
@@ -235,7 +235,7 @@ def whole_steps(cfg, models, repeats: int, restore) -> dict:
     best = {side: min(runs, key=lambda r: r["phases_s"]["step"]) for side, runs in results.items()}
     # The step's own phases; what the trainer times outside them (probe, batch building) is "other".
     named = (names.PHASE_ROLLOUT, "probe", names.PHASE_OLD_LOG_PROBS, names.PHASE_REF_LOG_PROBS, names.PHASE_VALUES,
-             names.PHASE_ADVANTAGES, "filter", names.PHASE_UPDATE)
+             names.PHASE_ADVANTAGES, names.PHASE_FILTER, names.PHASE_UPDATE)
     left = {name: best["on"]["phases_s"][name] for name in named if name in best["on"]["phases_s"]}
     left["other"] = round(best["on"]["phases_s"]["step"] - sum(left.values()), 3)
     return {

@@ -207,9 +207,9 @@ def main() -> None:
             metrics = trainer.train_step(run).metrics
             run.state.step += 1
             log(f"train step: {metrics[names.TIME_STEP_S]:.1f} s")
-            report["train_step"] = {k.removeprefix("time/"): v for k, v in metrics.items() if k.startswith("time/")}
-            report["train_step"]["update_tokens_per_s"] = round(metrics.get("throughput/update_tokens_per_s", 0), 1)
-            report["train_step"]["rollout_tokens_per_s"] = round(metrics["throughput/rollout_tokens_per_s"], 1)
+            report["train_step"] = {k.removeprefix(names.TIME): v for k, v in metrics.items() if k.startswith(names.TIME)}
+            report["train_step"]["update_tokens_per_s"] = round(metrics.get(names.THROUGHPUT_UPDATE, 0), 1)
+            report["train_step"]["rollout_tokens_per_s"] = round(metrics[names.THROUGHPUT_ROLLOUT], 1)
         peaks["after_train_step"] = matmul_flops()
         if "update" not in args.skip:
             batch = rollout(models.policy, tokenizer, trainer.env_factory(cfg), seeding.step_seeds(cfg, 99),

@@ -206,8 +206,8 @@ def main() -> dict:
             metrics = trainer.train_step(run).metrics
             seconds = time.perf_counter() - started
             run.state.step += 1
-            phases = {k.removeprefix("time/"): v for k, v in metrics.items()
-                      if k.startswith("time/") and k != names.TIME_STEP_S}
+            phases = {k.removeprefix(names.TIME): v for k, v in metrics.items()
+                      if k.startswith(names.TIME) and k != names.TIME_STEP_S}
             return {"step_s": seconds, **phases, "reward_mean": metrics[names.ROLLOUT_REWARD_MEAN]}
 
         steps = 1 + args.repeats

@@ -58,18 +58,21 @@ PHASE_OLD_LOG_PROBS = "old_log_probs"
 PHASE_REF_LOG_PROBS = "ref_log_probs"
 PHASE_VALUES = "values"
 PHASE_ADVANTAGES = "advantages"
+PHASE_FILTER = "filter"  # the SNR filter's selection
 PHASE_UPDATE = "update"
+TIME = "time/"  # every key under it is a wall time in seconds
 
 
 def phase_seconds(phase: str) -> str:
     """Wall seconds a step spent in `phase`."""
-    return f"time/{phase}_s"
+    return f"{TIME}{phase}_s"
 
 
 TIME_ROLLOUT_S = phase_seconds(PHASE_ROLLOUT)  # sampling the step's episodes
 TIME_OLD_LOG_PROBS_S = phase_seconds(PHASE_OLD_LOG_PROBS)  # the rollout policy's log-probs of the kept rows
 TIME_REF_LOG_PROBS_S = phase_seconds(PHASE_REF_LOG_PROBS)  # the reference model's (with a KL term)
 TIME_VALUES_S = phase_seconds(PHASE_VALUES)  # the critic's values (PPO)
+TIME_FILTER_S = phase_seconds(PHASE_FILTER)  # ranking and selecting groups
 TIME_UPDATE_S = phase_seconds(PHASE_UPDATE)  # the PPO epochs' forward, backward and optimiser steps
 TIME_VALIDATION_S = "time/validation_s"  # validation's wall seconds, on the steps that validate
 TIME_STEP_S = "time/step_s"  # the whole step's wall seconds, validation included
@@ -79,7 +82,11 @@ GRAD_PREFILTER_TIME_S = "grad_prefilter/time_s"  # the same, of the unfiltered b
 
 # -- update (local engine) ------------------------------------------------------------------
 UPDATE_TOKENS = "update/tokens"  # tokens the update passed over (rows' tokens x PPO epochs); 0 when skipped
+UPDATE_ROWS = "batch/update_rows"  # rows the update trained on (the kept groups' episodes)
+THROUGHPUT_ROLLOUT = "throughput/rollout_tokens_per_s"  # sampled tokens per second of rollout
+THROUGHPUT_UPDATE = "throughput/update_tokens_per_s"  # update tokens per second of the update phase
 UPDATE_OPTIMIZER_STEPS = "update/optimizer_steps"  # optimiser steps taken (non-finite ones not counted)
+ACTOR_PG_LOSS = "actor/pg_loss"  # the policy-gradient (task) loss term
 ACTOR_ENTROPY = "actor/entropy"  # policy token entropy over the update's response tokens (nats/token)
 ACTOR_GRAD_NORM = "actor/grad_norm"  # policy gradient norm before clipping
 ACTOR_KL_LOSS = "actor/kl_loss"  # the KL-to-reference loss term (only with algo.kl_mode=loss)

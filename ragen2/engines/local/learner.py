@@ -246,7 +246,7 @@ def reuses_current_log_probs(optim, rows: int) -> bool:
 
 
 # Loss terms whose micro-batch values are shares of the mini-batch's loss under loss_scope=mini_batch.
-ADDITIVE_METRICS = ("actor/pg_loss", names.ACTOR_ENTROPY, names.ACTOR_KL_LOSS, "critic/value_loss")
+ADDITIVE_METRICS = (names.ACTOR_PG_LOSS, names.ACTOR_ENTROPY, names.ACTOR_KL_LOSS, "critic/value_loss")
 
 
 def packs_by_prefix(optim, rows: int) -> bool:
@@ -291,7 +291,7 @@ def _actor_backward(policy: nn.Module, data: UpdateInputs, idx: torch.Tensor, id
     (weight * loss).backward()
     if "kl" in terms:
         record(names.ACTOR_KL_LOSS, terms["kl"].item())
-    record("actor/pg_loss", terms["task"].item())
+    record(names.ACTOR_PG_LOSS, terms["task"].item())
     record(names.ACTOR_ENTROPY, terms["entropy"].item())
     for key in ("clipfrac_high", "clipfrac_low", "approx_kl", "ratio_max"):
         record(f"actor/{key}", pg_metrics[key].item())

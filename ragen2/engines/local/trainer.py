@@ -74,7 +74,7 @@ def train_step(run: Run) -> StepResult:
     metrics = batch.metrics()
     metrics.update(state.probe.maybe_run(state.step, models.policy, batch))  # timed on its own
     metrics.update(decompose_prefilter(run, batch))  # probe.grad_prefilter: before the filter
-    with timer("filter"):
+    with timer(names.PHASE_FILTER):
         selection = snr.select_groups(group_rewards(batch), cfg.filter)
     metrics.update(selection.metrics)
     recorded = completions.pick(batch, cfg.trainer.log_completions, selection.kept.tolist())  # no RNG
@@ -83,7 +83,7 @@ def train_step(run: Run) -> StepResult:
     metrics[names.UPDATE_TOKENS] = metrics[names.UPDATE_OPTIMIZER_STEPS] = 0.0  # a skipped step spends none
     if not selection.skip:
         kept = adjust_rows(run, batch.select_groups(selection.kept), batch.input_ids.shape[0])
-        metrics["batch/update_rows"] = float(kept.input_ids.shape[0])
+        metrics[names.UPDATE_ROWS] = float(kept.input_ids.shape[0])
         if kept.input_ids.shape[0]:  # delete mode can leave none
             metrics.update(update_on(run, kept, selection, timer))
             metrics.update(update_budget(cfg, kept, metrics))
@@ -91,7 +91,7 @@ def train_step(run: Run) -> StepResult:
     # The whole step, probe and gradient decomposition included (the loop adds validation).
     metrics[names.TIME_STEP_S] = round(time.perf_counter() - step_started, 4)
     rollout_s = timer.seconds[names.PHASE_ROLLOUT]
-    metrics["throughput/rollout_tokens_per_s"] = batch.num_response_tokens / max(rollout_s, 1e-9)
+    metrics[names.THROUGHPUT_ROLLOUT] = batch.num_response_tokens / max(rollout_s, 1e-9)
     alerts, collapse_alert = state.watch.observe(state.step, metrics, services.log)  # alerts -> events
     metrics.update(alerts)
     result = StepResult(metrics, recorded, filter_decision, collapse_alert)
@@ -160,7 +160,7 @@ def update_on(run: Run, batch: RolloutBatch, selection, timer: Timer) -> dict:
                                      train_actor=train_actor, on_micro_batch=run.services.live.update())
     metrics["actor/frozen_for_critic_warmup"] = float(not train_actor)
     tokens = batch.num_tokens * cfg.optim.ppo_epochs
-    metrics["throughput/update_tokens_per_s"] = tokens / max(timer.seconds[names.PHASE_UPDATE], 1e-9)
+    metrics[names.THROUGHPUT_UPDATE] = tokens / max(timer.seconds[names.PHASE_UPDATE], 1e-9)
     metrics.update(decomposition)
     if ref is None:
         metrics["update/kl_to_ref"] = 0.0
