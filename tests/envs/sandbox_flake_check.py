@@ -34,7 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # a script: import
 
 from envs import sandbox  # noqa: E402
 from envs.sandbox import run_python  # noqa: E402
-from tests.envs import hostile_programs as hostile, test_sandbox as plain, test_sandbox_hostile as judged  # noqa: E402
+from tests.envs import hostile_case, hostile_programs as hostile  # noqa: E402
+from tests.envs import test_sandbox as plain, test_sandbox_hostile as judged  # noqa: E402
 from tests.envs.sandbox_probes import ProbeContext, Prober  # noqa: E402
 
 
@@ -45,7 +46,7 @@ def judge_plain(case, result) -> None:
         assert text not in result.stdout and text not in result.stderr, text
 
 
-def host_objects(directory: Path) -> tuple[plain.Host, hostile.Host]:
+def host_objects(directory: Path) -> tuple[plain.Host, hostile_case.Host]:
     listener = socket.create_server(("127.0.0.1", 0))
     unix = socket.socket(socket.AF_UNIX)
     unix.bind(str(directory / "daemon.sock"))
@@ -55,14 +56,14 @@ def host_objects(directory: Path) -> tuple[plain.Host, hostile.Host]:
     udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     udp.bind(("127.0.0.1", 0))
     return (plain.Host(directory, victim, None, listener.getsockname()[1], listener, unix),
-            hostile.Host(directory, listener.getsockname()[1], udp.getsockname()[1], "x", None))
+            hostile_case.Host(directory, listener.getsockname()[1], udp.getsockname()[1], "x", None))
 
 
 def one_round(first_host, second_host, seen, failed, number: int, unprivileged: str | None) -> None:
     """Both suites at once (fresh cases, so fresh probe markers), then the userns run if asked."""
     first, second = plain.hostile_cases(first_host), hostile.hostile_cases(second_host)
     table = ([(f"test_sandbox:{c.name}", c, textwrap.dedent(c.program), "", c.limits) for c in first]
-             + [(f"hostile:{c.name}", c, c.program, c.stdin, hostile.ROOMY) for c in second])
+             + [(f"hostile:{c.name}", c, c.program, c.stdin, hostile_case.ROOMY) for c in second])
     with Prober(second, ProbeContext(sandbox.sandbox_mode())) as prober, \
             ThreadPoolExecutor(max_workers=len(table)) as pool:
         results = list(pool.map(lambda entry: run_python(entry[2], entry[3], entry[4]), table))

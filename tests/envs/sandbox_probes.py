@@ -200,7 +200,7 @@ class Prober:
     take, runs each one's probe, then releases it (SIGUSR1 through a pidfd, so a reused pid is
     never signalled). `problems[name]` lists what each probe found, or that it never ran."""
 
-    def __init__(self, cases: list, context: ProbeContext):  # hostile_programs.Case
+    def __init__(self, cases: list, context: ProbeContext):  # hostile_case.Case
         self.waiting = {case.marker: case for case in cases if case.probe}
         self.problems: dict[str, list[str]] = {case.name: [] for case in self.waiting.values()}
         self.context = context

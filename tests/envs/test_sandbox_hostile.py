@@ -30,7 +30,8 @@ import pytest
 
 from envs import sandbox
 from envs.sandbox import memory, processes_of_uid, run_python
-from tests.envs.hostile_programs import CANARY, KEY_NAME, REPO, ROOMY, Case, Host, hostile_cases
+from tests.envs.hostile_case import CANARY, KEY_NAME, REPO, ROOMY, Case, Host
+from tests.envs.hostile_programs import hostile_cases
 from tests.envs.sandbox_probes import ProbeContext, Prober
 
 GROUP = 4242  # owns the group-only socket (a stand-in for docker.sock)
