@@ -6,7 +6,6 @@ tiny in-process model, and one starts a real worker process that fails.
 
 import io
 import json
-from pathlib import Path
 
 import pytest
 import torch
