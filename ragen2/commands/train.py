@@ -230,7 +230,7 @@ def run(args) -> int:
     from ragen2.models import BUNDLED_NAMES, ModelSourceError
 
     bundled = cfg.model.name.strip().lower() in BUNDLED_NAMES
-    print("loading models" + (" (the first run dequantises the bundled GGUF once, ~40 s)" if bundled else "")
+    print("loading models" + (" (the first run dequantises the bundled GGUF once, about a minute on 2 cores; later runs read the cache)" if bundled else "")
           + " …", file=sys.stderr)
     try:
         run = trainer.setup(cfg, run_dir, resume=resume, quiet=args.quiet)
