@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -244,11 +245,7 @@ def _shared_prefix_length(prompts: list[list[int]]) -> int:
     logits start the reasoning); 0 for a single prompt, where there is nothing to share."""
     if len(prompts) < 2:
         return 0
-    shortest = min(len(p) for p in prompts)
-    length = 0
-    while length < shortest - 1 and all(p[length] == prompts[0][length] for p in prompts):
-        length += 1
-    return length
+    return min(len(os.path.commonprefix(prompts)), min(len(p) for p in prompts) - 1)
 
 
 def _score_micro_batch(

@@ -61,7 +61,7 @@ class EnvRollout:
         self.tokenizer = tokenizer
         given = dict(max_turns=max_turns, max_new_tokens=max_new_tokens, max_context_tokens=max_context_tokens,
                      max_response_words=max_response_words, prefill_tag=prefill)
-        preset = _preset_rollout(env) if any(v is FROM_PRESET for v in given.values()) else None
+        preset = load_config(env=env).rollout if any(v is FROM_PRESET for v in given.values()) else None
         self.settings = {key: getattr(preset, key) if value is FROM_PRESET else value for key, value in given.items()}
         self.settings["context"] = "full"
         RolloutConfig(**self.settings)  # fail on bad settings now, not at the first step
@@ -143,7 +143,3 @@ def _episode_reward(name: str):
 
     reward.__name__ = name
     return reward
-
-
-def _preset_rollout(env: str) -> RolloutConfig:
-    return load_config(env=env).rollout
