@@ -26,7 +26,6 @@ the same machine state:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 import tempfile
@@ -49,6 +48,17 @@ def timed(fn, *args, **kwargs):
     started = time.perf_counter()
     out = fn(*args, **kwargs)
     return out, time.perf_counter() - started
+
+
+def alternate(sides: dict, repeats: int) -> tuple[dict, dict]:
+    """Each side's no-argument callable `repeats` times, alternating so that a busy spell hits every
+    side: (seconds of each run per side, the last result per side)."""
+    runs, last = {name: [] for name in sides}, {}
+    for _ in range(repeats):
+        for name, run in sides.items():
+            last[name], seconds = timed(run)
+            runs[name].append(round(seconds, 3))
+    return runs, last
 
 
 def main() -> int:
@@ -107,33 +117,30 @@ def main() -> int:
             fast, fast_s = timed(mi_probe.cross_score, policy, prompts, reasonings, owners,
                                  pad_token_id=probe.pad_id)
             result.update(cross_score_batched_s=fast_s)
+            def score(**kwargs):
+                return mi_probe.cross_score(policy, prompts, reasonings, owners, pad_token_id=probe.pad_id, **kwargs)
+
+            def score_in_compute_dtype():
+                with precision.autocast(policy):
+                    return score()
+
             # 4. the system prefix every prompt shares: encoded once (default) vs once per prompt
-            sides = {"whole_prompts": False, "shared_system_prefix": True}
-            runs = {name: [] for name in sides}
-            for _ in range(args.repeats):  # alternating, so a busy spell hits both sides
-                for name, share in sides.items():
-                    scores, seconds = timed(mi_probe.cross_score, policy, prompts, reasonings, owners,
-                                            pad_token_id=probe.pad_id, share_system_prefix=share)
-                    runs[name].append(round(seconds, 3))
-                    result.setdefault("L_" + name, scores.L)
+            distinct = [list(p) for p in {tuple(p) for p in prompts}]
+            runs, scores = alternate({"whole_prompts": lambda: score(share_system_prefix=False),
+                                      "shared_system_prefix": score}, args.repeats)
             result["system_prefix"] = {
                 "runs_s": runs, "speedup_best": round(min(runs["whole_prompts"]) / min(runs["shared_system_prefix"]), 3),
-                "max_abs_diff_L": float((result.pop("L_whole_prompts") - result.pop("L_shared_system_prefix")).abs().max()),
-                "prompt_tokens": sum(len(p) for p in {tuple(p) for p in prompts}),
-                "shared_prefix_tokens": mi_probe.cross_scoring._shared_prefix_length([list(p) for p in {tuple(p) for p in prompts}]),
-                "scored_pair_tokens": sum(len(z) for z in reasonings) * len({tuple(p) for p in prompts})}
+                "max_abs_diff_L": float((scores["whole_prompts"].L - scores["shared_system_prefix"].L).abs().max()),
+                "prompt_tokens": sum(len(p) for p in distinct),
+                "shared_prefix_tokens": mi_probe.cross_scoring._shared_prefix_length(distinct),
+                "scored_pair_tokens": sum(len(z) for z in reasonings) * len(distinct)}
             # 5. the scoring in fp32 (as the probe runs it) vs in the policy's compute dtype (autocast)
-            dtypes = {"fp32": contextlib.nullcontext, "compute_dtype": lambda: precision.autocast(policy)}
-            runs, estimates = {name: [] for name in dtypes}, {}
-            for _ in range(args.repeats):
-                for name, context in dtypes.items():
-                    with context():
-                        scores, seconds = timed(mi_probe.cross_score, policy, prompts, reasonings, owners,
-                                                pad_token_id=probe.pad_id)
-                    runs[name].append(round(seconds, 3))
-                    L, L_sum, owner, columns, _ = probe_lib.usable_scores(scores)
-                    estimates[name] = (L, {k: float(v) for k, v in mi_probe.mi_metrics_both(
-                        L, L_sum, owner, column_ids=columns).items() if k in ("mi_estimate", "retrieval_accuracy@1")})
+            runs, scores = alternate({"fp32": score, "compute_dtype": score_in_compute_dtype}, args.repeats)
+            estimates = {}
+            for name, side in scores.items():
+                L, L_sum, owner, columns, _ = probe_lib.usable_scores(side)
+                estimates[name] = (L, {k: float(v) for k, v in mi_probe.mi_metrics_both(
+                    L, L_sum, owner, column_ids=columns).items() if k in ("mi_estimate", "retrieval_accuracy@1")})
             result["scoring_dtype"] = {
                 "compute_dtype": str(precision.compute_dtype(policy)), "runs_s": runs,
                 "speedup_best": round(min(runs["fp32"]) / min(runs["compute_dtype"]), 3),
