@@ -38,6 +38,7 @@ from torch import nn
 from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
 
 from ragen2 import precision
+from ragen2.attention import use_grouped_sdpa
 
 __all__ = [
     "BUNDLED_NAMES", "DEFAULT_MODEL", "check_model_source", "SMOLLM2_CHAT_TEMPLATE", "ModelSourceError", "ModelWeightsError",
@@ -312,6 +313,7 @@ def load_policy(source=DEFAULT_MODEL, dtype: DTypeLike = torch.float32, device="
     compute in (ragen2.precision)."""
     compute = _compute_dtype(dtype, device)
     model = _from_pretrained(AutoModelForCausalLM, source, dtype=torch.float32).to(_as_device(device))
+    model = use_grouped_sdpa(model)
     model = apply_lora(model, lora) if lora is not None else model
     return precision.set_compute_dtype(model, compute)
 
@@ -341,6 +343,7 @@ def load_reference(source=DEFAULT_MODEL, dtype: DTypeLike = torch.float32, devic
     Same weights and compute precision as the policy, so the KL is exactly 0 before the first step."""
     compute = _compute_dtype(dtype, device)
     model = _from_pretrained(AutoModelForCausalLM, source, dtype=torch.float32).to(_as_device(device))
+    model = use_grouped_sdpa(model)
     return precision.set_compute_dtype(model.eval().requires_grad_(False), compute)
 
 
@@ -387,7 +390,7 @@ def load_value_model(source=DEFAULT_MODEL, dtype: DTypeLike = torch.float32, dev
                      lora: Optional["LoraSettings"] = None) -> ValueModel:
     """The critic, from the policy's source but with its own weights (and its own LoRA, if any)."""
     compute = _compute_dtype(dtype, device)
-    backbone = _from_pretrained(AutoModel, source, dtype=torch.float32)
+    backbone = use_grouped_sdpa(_from_pretrained(AutoModel, source, dtype=torch.float32))
     if lora is not None:
         backbone = apply_lora(backbone, lora, task_type="FEATURE_EXTRACTION")
     return precision.set_compute_dtype(ValueModel(backbone).to(_as_device(device)), compute)
