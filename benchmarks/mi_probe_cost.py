@@ -20,7 +20,12 @@ the same machine state:
    alternating `--repeats` times;
 5. the scoring in fp32 (as the probe runs it) vs under autocast to the policy's compute dtype
    (bf16 where `model.dtype=auto` picks it): time, the largest |L difference|, and both MI
-   estimates, alternating `--repeats` times.
+   estimates, alternating `--repeats` times;
+6. the scoring path: today's (the decoder, then the head only on positions that predict a scored
+   token; key/value heads kept grouped under a mask, ragen2.attention) vs the model run whole
+   (the head on every prompt and pad position) with transformers' sdpa, alternating.
+
+`--comparisons` picks which of 4-6 run (all by default).
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ import torch
 
 import mi_probe
 from ragen2 import metric_names as names
-from ragen2 import precision
+from ragen2 import attention, precision
 from ragen2.instruments import probe as probe_lib
 from ragen2.engines.local import trainer
 from ragen2.bench.machine import machine_info
@@ -61,6 +66,21 @@ def alternate(sides: dict, repeats: int) -> tuple[dict, dict]:
     return runs, last
 
 
+class WholeModel(torch.nn.Module):
+    """The policy behind its forward alone, so cross-scoring cannot split off the head."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+        self.config = inner.config
+
+    def forward(self, **kwargs):
+        return self.inner(**kwargs)
+
+
+COMPARISONS = ("system_prefix", "scoring_dtype", "scoring_path")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--groups", type=int, default=8)
@@ -74,7 +94,9 @@ def main() -> int:
     parser.add_argument("--skip-naive", action="store_true", help="leave out the (slow) naive loop")
     parser.add_argument("--segment", choices=("auto", "reasoning", "reply"), default="auto",
                         help="what the probe scores (auto: as the trainer resolves it for the env)")
-    parser.add_argument("--repeats", type=int, default=2, help="alternating runs of shared-prefix off/on")
+    parser.add_argument("--repeats", type=int, default=2, help="alternating runs of each comparison's sides")
+    parser.add_argument("--comparisons", nargs="+", choices=COMPARISONS, default=list(COMPARISONS),
+                        help="which alternating comparisons to run")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -124,29 +146,35 @@ def main() -> int:
                 with precision.autocast(policy):
                     return score()
 
-            # 4. the system prefix every prompt shares: encoded once (default) vs once per prompt
             distinct = [list(p) for p in {tuple(p) for p in prompts}]
-            runs, scores = alternate({"whole_prompts": lambda: score(share_system_prefix=False),
-                                      "shared_system_prefix": score}, args.repeats)
-            result["system_prefix"] = {
-                "runs_s": runs, "speedup_best": round(min(runs["whole_prompts"]) / min(runs["shared_system_prefix"]), 3),
-                "max_abs_diff_L": float((scores["whole_prompts"].L - scores["shared_system_prefix"].L).abs().max()),
-                "prompt_tokens": sum(len(p) for p in distinct),
-                "shared_prefix_tokens": mi_probe.cross_scoring._shared_prefix_length(distinct),
-                "scored_pair_tokens": sum(len(z) for z in reasonings) * len(distinct)}
-            # 5. the scoring in fp32 (as the probe runs it) vs in the policy's compute dtype (autocast)
-            runs, scores = alternate({"fp32": score, "compute_dtype": score_in_compute_dtype}, args.repeats)
-            estimates = {}
-            for name, side in scores.items():
-                L, L_sum, owner, columns, _ = probe_lib.usable_scores(side)
-                estimates[name] = (L, {k: float(v) for k, v in mi_probe.mi_metrics_both(
-                    L, L_sum, owner, column_ids=columns).items() if k in ("mi_estimate", "retrieval_accuracy@1")})
-            result["scoring_dtype"] = {
-                "compute_dtype": str(precision.compute_dtype(policy)), "runs_s": runs,
-                "speedup_best": round(min(runs["fp32"]) / min(runs["compute_dtype"]), 3),
-                "max_abs_diff_L": float((estimates["fp32"][0] - estimates["compute_dtype"][0]).abs().max()),
-                "max_abs_L": float(estimates["fp32"][0].abs().max()),
-                "metrics": {name: value[1] for name, value in estimates.items()}}
+            if "system_prefix" in args.comparisons:
+                # 4. the system prefix every prompt shares: encoded once (default) vs once per prompt
+                runs, scores = alternate({"whole_prompts": lambda: score(share_system_prefix=False),
+                                          "shared_system_prefix": score}, args.repeats)
+                result["system_prefix"] = {
+                    "runs_s": runs,
+                    "speedup_best": round(min(runs["whole_prompts"]) / min(runs["shared_system_prefix"]), 3),
+                    "max_abs_diff_L": float((scores["whole_prompts"].L - scores["shared_system_prefix"].L).abs().max()),
+                    "prompt_tokens": sum(len(p) for p in distinct),
+                    "shared_prefix_tokens": mi_probe.cross_scoring._shared_prefix_length(distinct),
+                    "scored_pair_tokens": sum(len(z) for z in reasonings) * len(distinct)}
+            if "scoring_dtype" in args.comparisons:
+                # 5. the scoring in fp32 (as the probe runs it) vs in the policy's compute dtype (autocast)
+                runs, scores = alternate({"fp32": score, "compute_dtype": score_in_compute_dtype}, args.repeats)
+                estimates = {}
+                for name, side in scores.items():
+                    L, L_sum, owner, columns, _ = probe_lib.usable_scores(side)
+                    estimates[name] = (L, {k: float(v) for k, v in mi_probe.mi_metrics_both(
+                        L, L_sum, owner, column_ids=columns).items() if k in ("mi_estimate", "retrieval_accuracy@1")})
+                result["scoring_dtype"] = {
+                    "compute_dtype": str(precision.compute_dtype(policy)), "runs_s": runs,
+                    "speedup_best": round(min(runs["fp32"]) / min(runs["compute_dtype"]), 3),
+                    "max_abs_diff_L": float((estimates["fp32"][0] - estimates["compute_dtype"][0]).abs().max()),
+                    "max_abs_L": float(estimates["fp32"][0].abs().max()),
+                    "metrics": {name: value[1] for name, value in estimates.items()}}
+            if "scoring_path" in args.comparisons:  # 6. today's path vs the model run whole, sdpa
+                result["scoring_path"] = compare_scoring_paths(policy, score, lambda: mi_probe.cross_score(
+                    WholeModel(policy), prompts, reasonings, owners, pad_token_id=probe.pad_id), args.repeats)
             if not args.skip_naive:
                 naive, naive_s = timed(mi_probe.cross_score_naive, policy, prompts, reasonings, owners)
                 result.update(cross_score_naive_s=naive_s, batched_speedup=naive_s / fast_s,
@@ -183,6 +211,21 @@ def main() -> int:
     }
     print(json.dumps(out, indent=1))
     return 0
+
+
+def compare_scoring_paths(policy, score_today, score_whole, repeats: int) -> dict:
+    """Today's scoring path vs the whole model under transformers' sdpa, alternating."""
+    def as_before():
+        policy.set_attn_implementation("sdpa")
+        try:
+            return score_whole()
+        finally:
+            attention.use_grouped_sdpa(policy)
+
+    runs, scores = alternate({"whole_model_sdpa": as_before, "today": score_today}, repeats)
+    return {"runs_s": runs, "speedup_best": round(min(runs["whole_model_sdpa"]) / min(runs["today"]), 3),
+            "max_abs_diff_L": float((scores["whole_model_sdpa"].L - scores["today"].L).abs().max()),
+            "attention": policy.config._attn_implementation}
 
 
 if __name__ == "__main__":

@@ -17,7 +17,9 @@ micro-batch pads little. Columns with identical prompt tokens are computed once.
 The model is any HF-style causal LM: ``model(input_ids=..., attention_mask=...,
 past_key_values=..., use_cache=...)`` returning an object with ``.logits`` (the
 cache argument is passed as ``cache`` when the forward names it so, as
-transformers 5 does). It
+transformers 5 does). One with ``get_decoder()`` and ``get_output_embeddings()``
+(transformers' causal LMs) is run as decoder, then head on only the positions
+that predict a scored token, in chunks. It
 is put in eval mode under ``torch.no_grad`` while scoring and every module's
 mode is restored afterwards.
 """
@@ -211,29 +213,26 @@ def cross_score(
     for col, ident in enumerate(identity):
         columns_of.setdefault(ident, []).append(col)
 
-    cache_kwarg = _cache_kwarg(model)
+    scorer = _Scorer(model)
     distinct = [pairs.prompts[cols_same[0]] for cols_same in columns_of.values()]
     shared = _shared_prefix_length(distinct) if share_system_prefix else 0
     with _scoring_mode(model):
         shared_cache = None
         if shared:  # the system text every prompt begins with: encoded once, its cache copied per prompt
             prefix = torch.tensor(distinct[0][:shared], dtype=torch.long, device=device).unsqueeze(0)
-            shared_cache = _returned_cache(model(input_ids=prefix, attention_mask=torch.ones_like(prefix),
-                                                 use_cache=True))
+            shared_cache = scorer.encode(prefix, torch.ones_like(prefix))[1]
         for cols_same in columns_of.values():
             prompt = torch.tensor(pairs.prompts[cols_same[0]], dtype=torch.long, device=device).unsqueeze(0)
             if shared_cache is None:
-                out = model(input_ids=prompt, attention_mask=torch.ones_like(prompt), use_cache=True)
+                last, prompt_cache = scorer.encode(prompt, torch.ones_like(prompt))
             else:
-                out = model(input_ids=prompt[:, shared:], attention_mask=torch.ones_like(prompt), use_cache=True,
-                            **{cache_kwarg: copy.deepcopy(shared_cache)})
+                last, prompt_cache = scorer.encode(prompt[:, shared:], torch.ones_like(prompt),
+                                                   copy.deepcopy(shared_cache))
             # The prompt's last logits predict the first reasoning token of every row.
-            first_logp = torch.log_softmax(out.logits[0, -1].float(), dim=-1)
-            vocab = first_logp.shape[-1]
-            prompt_cache = _returned_cache(out)
+            first_logp = torch.log_softmax(scorer.logits(last[0, -1:]).float(), dim=-1)[0]
             for batch_rows in batches:
-                sums = _score_micro_batch(model, cache_kwarg, prompt_cache, first_logp, prompt.shape[1],
-                                          [pairs.reasonings[i] for i in batch_rows], pad_token_id, vocab, device)
+                sums = _score_micro_batch(scorer, prompt_cache, first_logp, prompt.shape[1],
+                                          [pairs.reasonings[i] for i in batch_rows], pad_token_id, device)
                 index = torch.tensor(batch_rows, dtype=torch.long)
                 for col in cols_same:
                     L_sum[index, col] = sums.cpu()
@@ -248,15 +247,54 @@ def _shared_prefix_length(prompts: list[list[int]]) -> int:
     return min(len(os.path.commonprefix(prompts)), min(len(p) for p in prompts) - 1)
 
 
+# Positions whose logits are computed at once: a [64 x vocabulary] block stays small and warm in
+# cache for the softmax, where a micro-batch's whole [rows x length x vocabulary] would not.
+HEAD_CHUNK = 64
+
+
+class _Scorer:
+    """The model as the probe uses it. A transformers causal LM is split into its decoder and its
+    output head, so the head (a vocabulary-wide projection and softmax) runs only on positions
+    that predict a scored token: not on prompt positions, and not on padding. Other models run
+    whole, their logits read where needed."""
+
+    def __init__(self, model: Any):
+        get_decoder, get_head = getattr(model, "get_decoder", None), getattr(model, "get_output_embeddings", None)
+        body = get_decoder() if callable(get_decoder) else None
+        head = get_head() if callable(get_head) else None
+        self.split = body is not None and head is not None and body is not model
+        self.model, self.body, self.head = model, body, head
+        self.cache_kwarg = _cache_kwarg(body if self.split else model)
+
+    def encode(self, ids: torch.Tensor, attention: torch.Tensor, cache: Any = None) -> tuple[torch.Tensor, Any]:
+        """(what `logits` takes for each position: hidden states, or logits if not split; the cache)."""
+        kwargs = {} if cache is None else {self.cache_kwarg: cache}
+        if self.split:
+            out = self.body(input_ids=ids, attention_mask=attention, use_cache=True, **kwargs)
+            return out.last_hidden_state, _returned_cache(out)
+        out = self.model(input_ids=ids, attention_mask=attention, use_cache=True, **kwargs)
+        return out.logits, _returned_cache(out)
+
+    def logits(self, states: torch.Tensor) -> torch.Tensor:
+        return self.head(states) if self.split else states
+
+    def log_probs(self, states: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Log-prob of each target from the states ([n, hidden] or [n, vocab]) predicting it: [n]."""
+        parts = []
+        for chunk, chunk_targets in zip(states.split(HEAD_CHUNK), targets.split(HEAD_CHUNK)):
+            logits = self.logits(chunk).float()
+            _check_vocab(chunk_targets, logits.shape[-1])
+            parts.append(torch.log_softmax(logits, dim=-1).gather(-1, chunk_targets.unsqueeze(-1)).squeeze(-1))
+        return torch.cat(parts) if parts else states.new_zeros(0, dtype=torch.float32)
+
+
 def _score_micro_batch(
-    model: Any,
-    cache_kwarg: str,
+    scorer: _Scorer,
     prompt_cache: Any,
     first_logp: torch.Tensor,
     prompt_len: int,
     rows: list[list[int]],
     pad_token_id: int,
-    vocab: int,
     device: torch.device,
 ) -> torch.Tensor:
     """Summed log-prob of each row after the cached prompt: [len(rows)] float32."""
@@ -266,19 +304,17 @@ def _score_micro_batch(
     for b, z in enumerate(rows):
         targets[b, : len(z)] = torch.tensor(z, dtype=torch.long, device=device)
         mask[b, : len(z)] = True
-    _check_vocab(targets[mask], vocab)
-    token_logp = first_logp[targets[:, :1]]  # [batch, 1]
+    _check_vocab(targets[mask], first_logp.shape[-1])
+    token_logp = torch.zeros(batch, longest, dtype=torch.float32, device=device)
+    token_logp[:, 0] = first_logp[targets[:, 0]]
     if longest > 1:
-        # Feed all but the last token: position t's logits predict token t + 1.
-        feed = targets[:, :-1]
+        # Feed all but the last token: position t's states predict token t + 1.
         attention = torch.cat([torch.ones(batch, prompt_len, dtype=torch.long, device=device),
                                mask[:, :-1].long()], dim=1)
-        cache = {cache_kwarg: _expand_cache(prompt_cache, batch)}
-        logits = model(input_ids=feed, attention_mask=attention, use_cache=True, **cache).logits
-        rest = torch.log_softmax(logits.float(), dim=-1).gather(-1, targets[:, 1:].unsqueeze(-1)).squeeze(-1)
-        token_logp = torch.cat([token_logp, rest], dim=1)
-    # where(), not multiply: a pad position's log-prob could be -inf and -inf * 0 is nan.
-    return torch.where(mask, token_logp, torch.zeros_like(token_logp)).sum(dim=1)
+        states, _ = scorer.encode(targets[:, :-1], attention, _expand_cache(prompt_cache, batch))
+        predicts = mask[:, 1:]  # only real tokens are scored; a pad's state is never projected
+        token_logp[:, 1:][predicts] = scorer.log_probs(states[predicts], targets[:, 1:][predicts])
+    return token_logp.sum(dim=1)  # a pad's entry stays 0
 
 
 def cross_score_naive(model: Any, prompts: Sequence[Any], reasonings: Sequence[Any],

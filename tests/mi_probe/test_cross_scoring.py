@@ -59,9 +59,9 @@ def test_prompts_sharing_a_system_prefix_score_as_the_naive_loop(model, tails):
     prompts.append(list(prompts[1]))  # a repeated prompt: one column computed for both
     reasonings = _tokens(g, (4, 7, 1, 9, 3, 6))
     owners = [0, 1, 2, 3, 4, 0]
-    calls = []
-    hook = model.register_forward_pre_hook(lambda _, args, kwargs: calls.append(tuple(kwargs["input_ids"].shape)),
-                                           with_kwargs=True)
+    calls = []  # the decoder runs the prompts (the head, only the positions scored)
+    hook = model.get_decoder().register_forward_pre_hook(
+        lambda _, args, kwargs: calls.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True)
     try:
         fast = cross_score(model, prompts, reasonings, owners, micro_batch_size=8)
     finally:
@@ -70,6 +70,40 @@ def test_prompts_sharing_a_system_prefix_score_as_the_naive_loop(model, tails):
     assert prompt_forwards == [12, *tails]  # the shared system prefix once, then each prompt's own tokens
     slow = cross_score_naive(model, prompts, reasonings, owners)
     torch.testing.assert_close(fast.L, slow.L, atol=1e-5, rtol=0)
+
+
+def test_the_head_projects_only_positions_that_predict_a_scored_token(model):
+    g = torch.Generator().manual_seed(5)
+    prompts = _tokens(g, (6, 9, 4))
+    reasonings = _tokens(g, (4, 7, 1, 9, 3))
+    owners = [0, 1, 2, 0, 1]
+    projected = []
+    hook = model.get_output_embeddings().register_forward_hook(lambda _, args, out: projected.append(out.shape[0]))
+    try:
+        fast = cross_score(model, prompts, reasonings, owners, micro_batch_size=2)
+    finally:
+        hook.remove()
+    # Per prompt: its last position (the first token of every row), then each row's later tokens;
+    # no prompt position, no pad (micro-batches of 2 rows of unequal length are padded).
+    assert sum(projected) == len(prompts) * (1 + sum(len(z) - 1 for z in reasonings))
+    torch.testing.assert_close(fast.L, cross_score_naive(model, prompts, reasonings, owners).L, atol=1e-5, rtol=0)
+
+
+class _ForwardOnly(torch.nn.Module):
+    """A causal LM that exposes only its forward (no decoder / head to split)."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+        self.config = inner.config
+
+    def forward(self, **kwargs):
+        return self.inner(**kwargs)
+
+
+def test_a_model_that_cannot_be_split_runs_whole_and_scores_the_same(model, batch, naive):
+    whole = cross_score(_ForwardOnly(model), *batch, micro_batch_size=3)
+    torch.testing.assert_close(whole.L, naive.L, atol=1e-5, rtol=0)
 
 
 def test_bookkeeping_of_rows_and_columns(batch, naive):
