@@ -66,18 +66,6 @@ def alternate(sides: dict, repeats: int) -> tuple[dict, dict]:
     return runs, last
 
 
-class WholeModel(torch.nn.Module):
-    """The policy behind its forward alone, so cross-scoring cannot split off the head."""
-
-    def __init__(self, inner):
-        super().__init__()
-        self.inner = inner
-        self.config = inner.config
-
-    def forward(self, **kwargs):
-        return self.inner(**kwargs)
-
-
 COMPARISONS = ("system_prefix", "scoring_dtype", "scoring_path")
 
 
@@ -173,8 +161,8 @@ def main() -> int:
                     "max_abs_L": float(estimates["fp32"][0].abs().max()),
                     "metrics": {name: value[1] for name, value in estimates.items()}}
             if "scoring_path" in args.comparisons:  # 6. today's path vs the model run whole, sdpa
-                result["scoring_path"] = compare_scoring_paths(policy, score, lambda: mi_probe.cross_score(
-                    WholeModel(policy), prompts, reasonings, owners, pad_token_id=probe.pad_id), args.repeats)
+                result["scoring_path"] = compare_scoring_paths(policy, score, lambda: score(split_head=False),
+                                                               args.repeats)
             if not args.skip_naive:
                 naive, naive_s = timed(mi_probe.cross_score_naive, policy, prompts, reasonings, owners)
                 result.update(cross_score_naive_s=naive_s, batched_speedup=naive_s / fast_s,

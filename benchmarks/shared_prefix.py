@@ -27,13 +27,20 @@ the probe runs at step 0 unless `probe.every=0`), off and on alternating after o
 Every timed step starts from the same weights, a fresh optimiser and the same sampling seed, so
 both sides roll out the same tokens; each side reports its phase seconds (`time/*`, `probe/time_s`)
 and the step's, and the JSON says which phase dominates what is left with the switch on.
+`--off-as-before`: the off side of the whole steps also runs the other changes of the same work
+undone: transformers' own sdpa attention (key/value heads copied under a mask) instead of
+ragen2.attention's, and the MI probe scoring with the model run whole (the vocabulary head on every
+prompt and pad position) instead of the decoder and the head on scored positions only. The off side
+is then the step as it ran before; the on side is today's.
 `--skip-phases` measures only the whole steps. Prints one JSON object and writes it to `--out`.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
+import functools
 import tempfile
 import os
 import subprocess
@@ -43,6 +50,8 @@ from pathlib import Path
 
 import torch
 
+import mi_probe
+from ragen2 import attention
 from ragen2 import metric_names as names
 from ragen2 import seeding
 from ragen2.bench.machine import emit_report, machine_info
@@ -204,7 +213,24 @@ def phase_comparison(cfg, models, optimizers, batch, repeats: int, on_policy: bo
     }
 
 
-def whole_steps(cfg, models, repeats: int, restore) -> dict:
+@contextlib.contextmanager
+def as_before(models):
+    """transformers' sdpa in every model and the probe scoring the whole model, for the block."""
+    switched = [m for m in (models.policy, models.reference, getattr(models.critic, "backbone", None))
+                if m is not None and getattr(m.config, "_attn_implementation", None) == attention.NAME]
+    today = mi_probe.cross_score
+    for model in switched:
+        model.set_attn_implementation("sdpa")
+    mi_probe.cross_score = functools.partial(today, split_head=False)
+    try:
+        yield
+    finally:
+        mi_probe.cross_score = today
+        for model in switched:
+            attention.use_grouped_sdpa(model)
+
+
+def whole_steps(cfg, models, repeats: int, restore, off_as_before: bool = False) -> dict:
     """Whole `trainer.train_step`s with the switch off and on, alternating after a warm-up; each
     from the rollout's weights (`restore`), a fresh optimiser, step 0 and the same seeds."""
     results: dict[str, list[dict]] = {"off": [], "on": []}
@@ -214,7 +240,8 @@ def whole_steps(cfg, models, repeats: int, restore) -> dict:
             cfg.optim.shared_prefix = side == "on"
             run = trainer.setup(cfg, Path(tmp) / f"run-{side}", quiet=True, models=models)
             try:
-                metrics = trainer.train_step(run).metrics
+                with as_before(models) if side == "off" and off_as_before else contextlib.nullcontext():
+                    metrics = trainer.train_step(run).metrics
             finally:
                 run.services.log.close()
             phases = {k.removeprefix(names.TIME).removesuffix("_s"): round(v, 3) for k, v in metrics.items()
@@ -249,6 +276,8 @@ def whole_steps(cfg, models, repeats: int, restore) -> dict:
         "on_dominant_phase": max(left, key=left.get),
         "on_dominant_share": round(max(left.values()) / best["on"]["phases_s"]["step"], 3),
         "same_rollout_rewards": [r["reward_mean"] for side in ("off", "on") for r in results[side]],
+        "off_side": ("as before: shared prefix off, transformers' sdpa, the probe scoring the whole model"
+                     if off_as_before else "shared prefix off, everything else today's"),
     }
 
 
@@ -260,6 +289,8 @@ def main() -> None:
     parser.add_argument("--algo", default=None)
     parser.add_argument("--whole-step", action="store_true", help="also time whole training steps off and on")
     parser.add_argument("--skip-phases", action="store_true", help="only the whole steps (with --whole-step)")
+    parser.add_argument("--off-as-before", action="store_true",
+                        help="whole steps' off side also with transformers' sdpa and the whole-model probe scoring")
     parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks" / "shared_prefix.json"),
                         help="where the JSON goes too ('' = stdout only)")
     parser.add_argument("overrides", nargs="*", help="config KEY=VALUE overrides")
@@ -307,7 +338,7 @@ def main() -> None:
     if not args.skip_phases:
         report.update(phase_comparison(cfg, models, optimizers, batch, args.repeats, on_policy, restore))
     if args.whole_step:
-        report["whole_step"] = whole_steps(cfg, models, args.repeats, restore)
+        report["whole_step"] = whole_steps(cfg, models, args.repeats, restore, args.off_as_before)
     report["load_avg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     emit_report(report, args.out)
 

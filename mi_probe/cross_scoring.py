@@ -187,10 +187,12 @@ def cross_score(
     micro_batch_size: int = 16,
     pad_token_id: int = 0,
     share_system_prefix: bool = True,
+    split_head: bool = True,
 ) -> CrossScores:
     """Score every reasoning under every prompt, reusing each prompt's KV cache.
 
-    `share_system_prefix=False` encodes each prompt whole (the same scores; for measuring).
+    `share_system_prefix=False` encodes each prompt whole, `split_head=False` runs the model whole
+    (its head on every position): the same scores, for measuring.
     """
     if isinstance(micro_batch_size, bool) or not isinstance(micro_batch_size, int) or micro_batch_size < 1:
         raise ValueError(f"micro_batch_size must be an int >= 1, got {micro_batch_size!r}")
@@ -213,7 +215,7 @@ def cross_score(
     for col, ident in enumerate(identity):
         columns_of.setdefault(ident, []).append(col)
 
-    scorer = _Scorer(model)
+    scorer = _Scorer(model, split_head)
     distinct = [pairs.prompts[cols_same[0]] for cols_same in columns_of.values()]
     shared = _shared_prefix_length(distinct) if share_system_prefix else 0
     with _scoring_mode(model):
@@ -258,10 +260,10 @@ class _Scorer:
     that predict a scored token: not on prompt positions, and not on padding. Other models run
     whole, their logits read where needed."""
 
-    def __init__(self, model: Any):
+    def __init__(self, model: Any, split: bool = True):
         get_decoder, get_head = getattr(model, "get_decoder", None), getattr(model, "get_output_embeddings", None)
-        body = get_decoder() if callable(get_decoder) else None
-        head = get_head() if callable(get_head) else None
+        body = get_decoder() if split and callable(get_decoder) else None
+        head = get_head() if split and callable(get_head) else None
         self.split = body is not None and head is not None and body is not model
         self.model, self.body, self.head = model, body, head
         self.cache_kwarg = _cache_kwarg(body if self.split else model)

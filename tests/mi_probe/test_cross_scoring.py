@@ -104,6 +104,8 @@ class _ForwardOnly(torch.nn.Module):
 def test_a_model_that_cannot_be_split_runs_whole_and_scores_the_same(model, batch, naive):
     whole = cross_score(_ForwardOnly(model), *batch, micro_batch_size=3)
     torch.testing.assert_close(whole.L, naive.L, atol=1e-5, rtol=0)
+    asked_whole = cross_score(model, *batch, micro_batch_size=3, split_head=False)
+    torch.testing.assert_close(asked_whole.L, naive.L, atol=1e-5, rtol=0)
 
 
 def test_bookkeeping_of_rows_and_columns(batch, naive):
