@@ -27,7 +27,7 @@ the probe runs at step 0 unless `probe.every=0`), off and on alternating after o
 Every timed step starts from the same weights, a fresh optimiser and the same sampling seed, so
 both sides roll out the same tokens; each side reports its phase seconds (`time/*`, `probe/time_s`)
 and the step's, and the JSON says which phase dominates what is left with the switch on.
-`--off-as-before`: the off side of the whole steps also runs the other changes of the same work
+`--off-as-before`: the off side (phases and whole steps) also runs the other changes of the same work
 undone: transformers' own sdpa attention (key/value heads copied under a mask) instead of
 ragen2.attention's, and the MI probe scoring with the model run whole (the vocabulary head on every
 prompt and pad position) instead of the decoder and the head on scored positions only. The off side
@@ -174,7 +174,18 @@ def pick_threads(choice: str) -> tuple[int, str]:
     return torch.get_num_threads(), f"auto: load average {load:.1f} on {cores} cores, torch's default"
 
 
-def phase_comparison(cfg, models, optimizers, batch, repeats: int, on_policy: bool, restore) -> dict:
+def off_side(off_as_before: bool) -> str:
+    return ("as before: shared prefix off, transformers' sdpa, the probe scoring the whole model"
+            if off_as_before else "shared prefix off, everything else today's")
+
+
+def side_state(side: str, models, off_as_before: bool):
+    """The code state a side runs in: `as_before` for the off side when asked, else today's."""
+    return as_before(models) if side == "off" and off_as_before else contextlib.nullcontext()
+
+
+def phase_comparison(cfg, models, optimizers, batch, repeats: int, on_policy: bool, restore,
+                     off_as_before: bool = False) -> dict:
     """The old-log-prob pass and the update, off and on alternating, on one rollout's batch."""
     fed = FedTokens(models.policy.get_decoder())
     results: dict[str, dict] = {"off": {}, "on": {}}
@@ -183,16 +194,18 @@ def phase_comparison(cfg, models, optimizers, batch, repeats: int, on_policy: bo
         sides = ("off", "on") if repeat % 2 == 0 else ("on", "off")
         for side in sides:
             cfg.optim.shared_prefix = side == "on"
-            data = phase("old_log_probs", lambda: learner.update_inputs(models, batch, cfg, old_log_probs=True),
-                         fed, results[side])
+            with side_state(side, models, off_as_before):
+                data = phase("old_log_probs", lambda: learner.update_inputs(models, batch, cfg, old_log_probs=True),
+                             fed, results[side])
             old_by_side[side] = data.old_log_probs
             log(f"[{repeat}] {side}: old log-probs {results[side]['old_log_probs']['runs_s'][-1]:.1f} s "
                 f"({results[side]['old_log_probs']['cpu_runs_s'][-1]:.1f} s CPU)")
         for side in sides:
             cfg.optim.shared_prefix = side == "on"
-            data = learner.update_inputs(models, batch, cfg, old_log_probs=not on_policy)  # untimed
-            metrics_by_side[side] = phase("update", lambda: learner.ppo_update(
-                models, optimizers, data, cfg, torch.Generator().manual_seed(0)), fed, results[side])
+            with side_state(side, models, off_as_before):
+                data = learner.update_inputs(models, batch, cfg, old_log_probs=not on_policy)  # untimed
+                metrics_by_side[side] = phase("update", lambda: learner.ppo_update(
+                    models, optimizers, data, cfg, torch.Generator().manual_seed(0)), fed, results[side])
             restore()
             log(f"[{repeat}] {side}: update {results[side]['update']['runs_s'][-1]:.1f} s "
                 f"({results[side]['update']['cpu_runs_s'][-1]:.1f} s CPU)")
@@ -208,6 +221,7 @@ def phase_comparison(cfg, models, optimizers, batch, repeats: int, on_policy: bo
         "speedup_cpu": {name: round(results["off"][name]["best_cpu_s"] / results["on"][name]["best_cpu_s"], 2)
                         for name in ("old_log_probs", "update")},
         "target_speedup": 2.5,
+        "off_side": off_side(off_as_before),
         "agreement": {"old_log_probs_max_abs_diff": diff, "old_log_probs_max_abs": scale,
                       "update_metrics_off_on": compared},
     }
@@ -240,7 +254,7 @@ def whole_steps(cfg, models, repeats: int, restore, off_as_before: bool = False)
             cfg.optim.shared_prefix = side == "on"
             run = trainer.setup(cfg, Path(tmp) / f"run-{side}", quiet=True, models=models)
             try:
-                with as_before(models) if side == "off" and off_as_before else contextlib.nullcontext():
+                with side_state(side, models, off_as_before):
                     metrics = trainer.train_step(run).metrics
             finally:
                 run.services.log.close()
@@ -276,8 +290,7 @@ def whole_steps(cfg, models, repeats: int, restore, off_as_before: bool = False)
         "on_dominant_phase": max(left, key=left.get),
         "on_dominant_share": round(max(left.values()) / best["on"]["phases_s"]["step"], 3),
         "same_rollout_rewards": [r["reward_mean"] for side in ("off", "on") for r in results[side]],
-        "off_side": ("as before: shared prefix off, transformers' sdpa, the probe scoring the whole model"
-                     if off_as_before else "shared prefix off, everything else today's"),
+        "off_side": off_side(off_as_before),
     }
 
 
@@ -290,7 +303,7 @@ def main() -> None:
     parser.add_argument("--whole-step", action="store_true", help="also time whole training steps off and on")
     parser.add_argument("--skip-phases", action="store_true", help="only the whole steps (with --whole-step)")
     parser.add_argument("--off-as-before", action="store_true",
-                        help="whole steps' off side also with transformers' sdpa and the whole-model probe scoring")
+                        help="the off side also with transformers' sdpa and the whole-model probe scoring")
     parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks" / "shared_prefix.json"),
                         help="where the JSON goes too ('' = stdout only)")
     parser.add_argument("overrides", nargs="*", help="config KEY=VALUE overrides")
@@ -336,7 +349,8 @@ def main() -> None:
                   "rollout_s": round(rollout_s, 2)},
     }
     if not args.skip_phases:
-        report.update(phase_comparison(cfg, models, optimizers, batch, args.repeats, on_policy, restore))
+        report.update(phase_comparison(cfg, models, optimizers, batch, args.repeats, on_policy, restore,
+                                       args.off_as_before))
     if args.whole_step:
         report["whole_step"] = whole_steps(cfg, models, args.repeats, restore, args.off_as_before)
     report["load_avg_at_end"] = [round(x, 2) for x in os.getloadavg()]
