@@ -312,8 +312,7 @@ def load_policy(source=DEFAULT_MODEL, dtype: DTypeLike = torch.float32, device="
     Weights are fp32; `dtype` (a name, `auto`, or a torch dtype) is the precision its forwards
     compute in (ragen2.precision)."""
     compute = _compute_dtype(dtype, device)
-    model = _from_pretrained(AutoModelForCausalLM, source, dtype=torch.float32).to(_as_device(device))
-    model = use_grouped_sdpa(model)
+    model = use_grouped_sdpa(_from_pretrained(AutoModelForCausalLM, source, dtype=torch.float32).to(_as_device(device)))
     model = apply_lora(model, lora) if lora is not None else model
     return precision.set_compute_dtype(model, compute)
 
@@ -342,8 +341,7 @@ def load_reference(source=DEFAULT_MODEL, dtype: DTypeLike = torch.float32, devic
 
     Same weights and compute precision as the policy, so the KL is exactly 0 before the first step."""
     compute = _compute_dtype(dtype, device)
-    model = _from_pretrained(AutoModelForCausalLM, source, dtype=torch.float32).to(_as_device(device))
-    model = use_grouped_sdpa(model)
+    model = use_grouped_sdpa(_from_pretrained(AutoModelForCausalLM, source, dtype=torch.float32).to(_as_device(device)))
     return precision.set_compute_dtype(model.eval().requires_grad_(False), compute)
 
 
