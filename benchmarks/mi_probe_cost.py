@@ -204,11 +204,8 @@ def main() -> int:
 def compare_scoring_paths(policy, score_today, score_whole, repeats: int) -> dict:
     """Today's scoring path vs the whole model under transformers' sdpa, alternating."""
     def as_before():
-        policy.set_attn_implementation("sdpa")
-        try:
+        with attention.transformers_sdpa(policy):
             return score_whole()
-        finally:
-            attention.use_grouped_sdpa(policy)
 
     runs, scores = alternate({"whole_model_sdpa": as_before, "today": score_today}, repeats)
     return {"runs_s": runs, "speedup_best": round(min(runs["whole_model_sdpa"]) / min(runs["today"]), 3),

@@ -230,18 +230,13 @@ def phase_comparison(cfg, models, optimizers, batch, repeats: int, on_policy: bo
 @contextlib.contextmanager
 def as_before(models):
     """transformers' sdpa in every model and the probe scoring the whole model, for the block."""
-    switched = [m for m in (models.policy, models.reference, getattr(models.critic, "backbone", None))
-                if m is not None and getattr(m.config, "_attn_implementation", None) == attention.NAME]
     today = mi_probe.cross_score
-    for model in switched:
-        model.set_attn_implementation("sdpa")
     mi_probe.cross_score = functools.partial(today, split_head=False)
     try:
-        yield
+        with attention.transformers_sdpa(models.policy, models.reference, getattr(models.critic, "backbone", None)):
+            yield
     finally:
         mi_probe.cross_score = today
-        for model in switched:
-            attention.use_grouped_sdpa(model)
 
 
 def whole_steps(cfg, models, repeats: int, restore, off_as_before: bool = False) -> dict:

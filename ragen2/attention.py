@@ -10,11 +10,15 @@ that copy was 8% of its time. ``grouped_sdpa`` keeps the heads grouped there and
 other case (CUDA, decoding, unmasked causal passes, position biases) to transformers' own
 function unchanged.
 
-``use_grouped_sdpa(model)`` switches a loaded model that runs transformers' ``sdpa``; the name is
-registered with transformers' attention and mask registries when the first model is switched.
+``use_grouped_sdpa(model)`` switches a loaded model that runs transformers' ``sdpa`` (registering
+the name with transformers' attention and mask registries); ``transformers_sdpa(*models)`` switches
+them back for a block, to measure against transformers' own.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 from torch import nn
@@ -47,8 +51,20 @@ def use_grouped_sdpa(model: nn.Module) -> nn.Module:
     config = getattr(model, "config", None)
     if getattr(config, "_attn_implementation", None) != "sdpa" or not hasattr(model, "set_attn_implementation"):
         return model
-    if NAME not in AttentionInterface._global_mapping:
-        AttentionInterface.register(NAME, grouped_sdpa)
-        ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, sdpa_mask)  # the masks sdpa gets, skips included
+    AttentionInterface.register(NAME, grouped_sdpa)  # a dict entry: registering again changes nothing
+    ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, sdpa_mask)  # the masks sdpa gets, skips included
     model.set_attn_implementation(NAME)
     return model
+
+
+@contextmanager
+def transformers_sdpa(*models: nn.Module | None) -> Iterator[None]:
+    """For the block, the given models that run grouped_sdpa run transformers' own sdpa."""
+    switched = [m for m in models if getattr(getattr(m, "config", None), "_attn_implementation", None) == NAME]
+    for model in switched:
+        model.set_attn_implementation("sdpa")
+    try:
+        yield
+    finally:
+        for model in switched:
+            use_grouped_sdpa(model)

@@ -1,10 +1,10 @@
 """grouped_sdpa: masked CPU passes keep key/value heads grouped, with transformers' sdpa results."""
 
 import torch
-import transformers.integrations.sdpa_attention as transformers_sdpa
+import transformers.integrations.sdpa_attention as sdpa_module
 
 from ragen2 import models as model_lib
-from ragen2.attention import NAME, use_grouped_sdpa
+from ragen2.attention import NAME, transformers_sdpa, use_grouped_sdpa
 from tests.tiny import build_tiny_policy, build_tiny_value_model
 
 
@@ -19,8 +19,8 @@ def _padded_batch():
 
 def _count_repeats(monkeypatch) -> list:
     calls = []
-    original = transformers_sdpa.repeat_kv
-    monkeypatch.setattr(transformers_sdpa, "repeat_kv", lambda *args: (calls.append(1), original(*args))[1])
+    original = sdpa_module.repeat_kv
+    monkeypatch.setattr(sdpa_module, "repeat_kv", lambda *args: (calls.append(1), original(*args))[1])
     return calls
 
 
@@ -71,3 +71,18 @@ def test_the_loaders_switch_the_policy_reference_and_critic(tmp_path):
         assert model.config._attn_implementation == NAME
     with_lora = model_lib.load_policy(str(tmp_path), lora=model_lib.LoraSettings(rank=2, alpha=4, dropout=0.0))
     assert with_lora.config._attn_implementation == NAME
+
+
+def test_transformers_sdpa_runs_transformers_own_attention_for_the_block_only(monkeypatch):
+    grouped = use_grouped_sdpa(build_tiny_policy(seed=0))
+    ids, mask = _padded_batch()
+    calls = _count_repeats(monkeypatch)
+    with torch.no_grad():
+        with transformers_sdpa(grouped, None):
+            assert grouped.config._attn_implementation == "sdpa"
+            grouped(input_ids=ids, attention_mask=mask)
+        assert len(calls) == 2 * grouped.config.num_hidden_layers
+        assert grouped.config._attn_implementation == NAME
+        calls.clear()
+        grouped(input_ids=ids, attention_mask=mask)
+    assert calls == []
