@@ -284,8 +284,7 @@ class _Scorer:
         """Log-prob of each target from the states ([n, hidden] or [n, vocab]) predicting it: [n]."""
         parts = []
         for chunk, chunk_targets in zip(states.split(HEAD_CHUNK), targets.split(HEAD_CHUNK)):
-            logits = self.logits(chunk).float()
-            _check_vocab(chunk_targets, logits.shape[-1])
+            logits = self.logits(chunk).float()  # targets were checked against the vocabulary by the caller
             parts.append(torch.log_softmax(logits, dim=-1).gather(-1, chunk_targets.unsqueeze(-1)).squeeze(-1))
         return torch.cat(parts) if parts else states.new_zeros(0, dtype=torch.float32)
 

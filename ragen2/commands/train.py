@@ -230,8 +230,8 @@ def run(args) -> int:
     from ragen2.models import BUNDLED_NAMES, ModelSourceError
 
     bundled = cfg.model.name.strip().lower() in BUNDLED_NAMES
-    print("loading models" + (" (the first run dequantises the bundled GGUF once, about a minute on 2 cores; later runs read the cache)" if bundled else "")
-          + " …", file=sys.stderr)
+    first_run = " (the first run dequantises the bundled GGUF once, about a minute on 2 cores; later runs read the cache)"
+    print("loading models" + (first_run if bundled else "") + " …", file=sys.stderr)
     try:
         run = trainer.setup(cfg, run_dir, resume=resume, quiet=args.quiet)
     except (ModelSourceError, trainer.ResumeError) as error:
