@@ -7,17 +7,18 @@
 # finished cell's are deleted. The report (results, paired CIs) is rebuilt and committed too.
 # The cells import a pinned copy of the code (a detached worktree of HEAD at start), so edits made
 # in this tree while the suite runs never reach a cell half-written, and every cell of one start
-# records the same commit. Restart the script to run later cells on newer code.
+# records the same commit. Restart the script to run later cells on newer code. Start it twice
+# (one core each) and the two share the suite's cells: a runner skips a cell another one holds.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 suite=$1; shift
 threads=${*:---threads 1}
 out=docs/experiments/$suite
 
-pinned=${TMPDIR:-/tmp}/ragen2-bench-code/$suite
+pinned=${TMPDIR:-/tmp}/ragen2-bench-code/$suite.$$  # one per start: runners of one suite may run side by side
 git worktree prune
-[ -d "$pinned" ] && git worktree remove --force "$pinned"
 git worktree add -q --detach "$pinned" HEAD || exit 1
+trap 'git worktree remove --force "$pinned"' EXIT
 # ahead of the editable install's finder; PYTHONSAFEPATH keeps `python -m` from putting this tree first
 export PYTHONPATH="$pinned${PYTHONPATH:+:$PYTHONPATH}" PYTHONSAFEPATH=1
 echo "cells run the code of $(git -C "$pinned" rev-parse --short HEAD) from $pinned"

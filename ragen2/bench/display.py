@@ -15,7 +15,7 @@ from rich.live import Live
 from rich.table import Table
 
 STATUS_STYLE = {"queued": "dim", "running": "bold yellow", "done": "green", "failed": "bold red",
-                "interrupted": "magenta"}
+                "interrupted": "magenta", "elsewhere": "cyan"}
 
 
 @dataclass

@@ -13,8 +13,10 @@ State on disk, so `ragen2 bench` can be stopped and started again:
   <out>/runs/<cell>/summary.json  written by the trainer at the end: the cell is done
   <out>/runs/<cell>/bench_cell.json  status, attempts, reason of the last failure, wall time
   <out>/runs/<cell>/bench_val_before.json  validation of the untrained model (validate_before)
+  <out>/runs/<cell>/bench_claim.json  held while a runner runs the cell (ragen2.bench.claims)
 A done cell is skipped; any other cell is (re)started with resume=True, which continues from its
-latest checkpoint when it has one.
+latest checkpoint when it has one. A cell another live runner holds is skipped too, so two or
+more `ragen2 bench` processes on one folder share its cells (one core each, say).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from typing import Callable
 
 from ragen2.bench.machine import code_version, cpu_name, machine_info
 from ragen2.bench.suite import Cell, Suite, SuiteError, config_difference, key_settings
-from ragen2.bench import worker
+from ragen2.bench import claims, worker
 from ragen2.bench.worker import ERROR_FILE
 from ragen2.config import ConfigError, saved_config
 from ragen2.run_dir import CONFIG_FILE, SUMMARY_FILE, checkpoints_dir, read_steps, read_summary, write_config
@@ -206,8 +208,9 @@ def _done_note(run_dir: Path) -> str:
 def run_cells(cells: list[Cell], run_cell: Callable, display, keep_final_checkpoint: bool = False) -> dict[str, str]:
     """Run every cell not yet done; a failure is recorded and the next cell starts.
 
-    Returns {cell name: final status}. KeyboardInterrupt marks the running cell interrupted
-    (not failed) and propagates: the next `ragen2 bench` resumes it.
+    Returns {cell name: final status}: done, failed, or elsewhere (another live runner holds
+    it). KeyboardInterrupt marks the running cell interrupted (not failed) and propagates: the
+    next `ragen2 bench` resumes it.
     """
     statuses = {}
     for cell in cells:
@@ -218,36 +221,52 @@ def run_cells(cells: list[Cell], run_cell: Callable, display, keep_final_checkpo
     for cell in cells:
         if statuses.get(cell.name) == "done":
             continue
-        cell.run_dir.mkdir(parents=True, exist_ok=True)
-        write_config(cell.run_dir, _keep_resolved(cell))
-        state = write_state(cell.run_dir, status="running", attempts=read_state(cell.run_dir).get("attempts", 0) + 1,
-                            cpu=cpu_name(), code=code_version(),
-                            reason=None)
-        display.update(cell.name, status="running", note="")
-        started = time.time()
-
-        def spent() -> float:
-            return round(state.get("wall_s", 0.0) + time.time() - started, 1)
-
-        try:
-            run_cell(cell, lambda progress: display.update(cell.name, progress=progress))
-            if not is_done(cell.run_dir):
-                raise CellFailed(f"the run ended without writing {SUMMARY_FILE}")
-        except KeyboardInterrupt:
-            write_state(cell.run_dir, status="interrupted", wall_s=spent())
-            display.update(cell.name, status="interrupted", wall_s=spent())
-            raise
-        except Exception as error:  # noqa: BLE001 - one cell's failure must not stop the others
-            reason = str(error) if isinstance(error, CellFailed) else f"{type(error).__name__}: {error}"
-            reason = reason.splitlines()[0] if reason else type(error).__name__
-            write_state(cell.run_dir, status="failed", reason=reason, wall_s=spent())
-            display.update(cell.name, status="failed", note=reason, wall_s=spent())
-            statuses[cell.name] = "failed"
+        if is_done(cell.run_dir):  # finished meanwhile by another runner
+            statuses[cell.name] = "done"
+            display.update(cell.name, status="done", note=_done_note(cell.run_dir))
             continue
-        # Done: the final checkpoint is only needed by `ragen2 eval`, and a 135M one is ~1.5 GB.
-        if not keep_final_checkpoint:
-            shutil.rmtree(checkpoints_dir(cell.run_dir), ignore_errors=True)
-        write_state(cell.run_dir, status="done", reason=None, wall_s=spent())
-        display.update(cell.name, status="done", note=_done_note(cell.run_dir), wall_s=spent())
-        statuses[cell.name] = "done"
+        cell.run_dir.mkdir(parents=True, exist_ok=True)
+        held = claims.claim(cell.run_dir)
+        if held is not None:
+            statuses[cell.name] = "elsewhere"
+            display.update(cell.name, status="elsewhere", note=claims.describe(held))
+            continue
+        try:
+            statuses[cell.name] = _run_claimed(cell, run_cell, display, keep_final_checkpoint)
+        finally:
+            claims.release(cell.run_dir)
     return statuses
+
+
+def _run_claimed(cell: Cell, run_cell: Callable, display, keep_final_checkpoint: bool) -> str:
+    """Run one cell this process holds the claim of; its final status."""
+    write_config(cell.run_dir, _keep_resolved(cell))
+    state = write_state(cell.run_dir, status="running", attempts=read_state(cell.run_dir).get("attempts", 0) + 1,
+                        cpu=cpu_name(), code=code_version(),
+                        reason=None)
+    display.update(cell.name, status="running", note="")
+    started = time.time()
+
+    def spent() -> float:
+        return round(state.get("wall_s", 0.0) + time.time() - started, 1)
+
+    try:
+        run_cell(cell, lambda progress: display.update(cell.name, progress=progress))
+        if not is_done(cell.run_dir):
+            raise CellFailed(f"the run ended without writing {SUMMARY_FILE}")
+    except KeyboardInterrupt:
+        write_state(cell.run_dir, status="interrupted", wall_s=spent())
+        display.update(cell.name, status="interrupted", wall_s=spent())
+        raise
+    except Exception as error:  # noqa: BLE001 - one cell's failure must not stop the others
+        reason = str(error) if isinstance(error, CellFailed) else f"{type(error).__name__}: {error}"
+        reason = reason.splitlines()[0] if reason else type(error).__name__
+        write_state(cell.run_dir, status="failed", reason=reason, wall_s=spent())
+        display.update(cell.name, status="failed", note=reason, wall_s=spent())
+        return "failed"
+    # Done: the final checkpoint is only needed by `ragen2 eval`, and a 135M one is ~1.5 GB.
+    if not keep_final_checkpoint:
+        shutil.rmtree(checkpoints_dir(cell.run_dir), ignore_errors=True)
+    write_state(cell.run_dir, status="done", reason=None, wall_s=spent())
+    display.update(cell.name, status="done", note=_done_note(cell.run_dir), wall_s=spent())
+    return "done"

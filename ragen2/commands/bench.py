@@ -21,7 +21,8 @@ def add_parser(subparsers) -> None:
         "bench", help=COMMANDS["bench"],
         description="`ragen2 bench SUITE --out DIR` runs every cell of configs/bench/SUITE.yaml (or a YAML path) "
                     "one after another, skipping finished cells and resuming a half-finished one from its "
-                    "checkpoint, then writes the report. `ragen2 bench report DIR` rebuilds results.csv/json, "
+                    "checkpoint, then writes the report. Runners started on the same --out share its cells (each runs "
+                    "the cells no other live runner holds). `ragen2 bench report DIR` rebuilds results.csv/json, "
                     "report.md and plots/ from the finished cells.")
     parser.add_argument("suite", metavar="SUITE|report", help="suite name or path; or `report`")
     parser.add_argument("report_dir", nargs="?", type=Path, metavar="DIR", help="with `report`: the bench folder")
@@ -89,7 +90,8 @@ def run(args) -> int:
     with make_display([c.name for c in cells], f"ragen2 bench {suite.name}",
                       live=False if args.plain else None) as display:
         statuses = runner.run_cells(cells, run_one, display, suite.keep_final_checkpoint)
-    failed = [name for name, status in statuses.items() if status != "done"]
+    failed = [name for name, status in statuses.items() if status == "failed"]
+    elsewhere = [name for name, status in statuses.items() if status == "elsewhere"]
     if not args.no_report:
         from ragen2.bench.report import build_report, publish  # matplotlib: not for --help or --list
 
@@ -98,6 +100,9 @@ def run(args) -> int:
         _print_warnings(paths)
         if args.docs:
             print(f"wrote {publish(args.docs, paths)}")
+    if elsewhere:
+        print(f"{len(elsewhere)} cell(s) left to the other runner(s) on this folder: {', '.join(elsewhere)}; "
+              "the last runner to finish writes the complete report", file=sys.stderr)
     if failed:
         print(f"{len(failed)} cell(s) failed: {', '.join(failed)}; reasons in {out}/report.md; "
               f"run the same command again to retry them", file=sys.stderr)

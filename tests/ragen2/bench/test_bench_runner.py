@@ -6,12 +6,16 @@ tiny in-process model, and one starts a real worker process that fails.
 
 import io
 import json
+import os
+import socket
+import subprocess
+import sys
 
 import pytest
 import torch
 import yaml
 
-from ragen2.bench import runner
+from ragen2.bench import claims, runner
 from ragen2.bench.display import PlainDisplay
 from ragen2.bench.suite import SuiteError, expand, load_suite
 from ragen2.cli import main
@@ -283,3 +287,73 @@ def test_code_version_names_the_commit_and_counts_changed_tracked_files(tmp_path
     (tmp_path / "a.py").write_text("x = 2\n")
     (tmp_path / "untracked.py").write_text("")
     assert code_version(tmp_path) == {"commit": head, "tracked_files_changed": 1}
+
+
+def test_runners_on_one_folder_share_its_cells_and_never_run_one_twice(tmp_path):
+    _, cells = make_cells(tmp_path)
+    names = [c.name for c in cells]
+    outer_calls, inner_calls, inner_statuses = [], [], {}
+
+    def first_cell_starts_a_second_runner(cell, on_progress):
+        # while this runner holds the first cell, a second runner over the same cells starts
+        inner_statuses.update(runner.run_cells(cells, fake_cell(inner_calls), PlainDisplay(names, io.StringIO())))
+        fake_cell(outer_calls)(cell, on_progress)
+
+    stream = io.StringIO()
+    outer = runner.run_cells(cells, first_cell_starts_a_second_runner, PlainDisplay(names, stream))
+    assert outer_calls == names[:1] and inner_calls == names[1:]  # every cell ran exactly once
+    assert inner_statuses[names[0]] == "elsewhere"
+    assert set(outer.values()) == {"done"}  # the cells the second runner finished count as done here
+    assert not any((c.run_dir / claims.CLAIM_FILE).exists() for c in cells)  # each claim released
+
+
+def _claim_file(run_dir, host, pid, start=None):
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / claims.CLAIM_FILE).write_text(json.dumps({"host": host, "pid": pid, "start": start}))
+
+
+def test_a_live_claim_is_respected_and_a_stale_one_taken_over(tmp_path):
+    _, cells = make_cells(tmp_path, seeds=(0,))
+    names = [c.name for c in cells]
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        _claim_file(cells[0].run_dir, socket.gethostname(), holder.pid, claims._start_time(holder.pid))
+        _claim_file(cells[1].run_dir, "another-machine", 1)
+        calls, stream = [], io.StringIO()
+        statuses = runner.run_cells(cells, fake_cell(calls), PlainDisplay(names, stream))
+        assert calls == [] and set(statuses.values()) == {"elsewhere"}
+        assert f"pid {holder.pid} on {socket.gethostname()}" in stream.getvalue()
+        assert "another-machine" in stream.getvalue()
+    finally:
+        holder.kill()
+        holder.wait()
+    (cells[1].run_dir / claims.CLAIM_FILE).unlink()
+    calls = []
+    statuses = runner.run_cells(cells, fake_cell(calls), PlainDisplay(names, io.StringIO()))
+    assert calls == names and set(statuses.values()) == {"done"}  # the dead runner's claim was stale
+    assert not (cells[0].run_dir / claims.CLAIM_FILE).exists()
+
+
+def test_a_reused_pid_does_not_keep_a_claim_alive(tmp_path):
+    _, cells = make_cells(tmp_path, seeds=(0,))
+    # this very process, but started at another time: the pid was reused, its runner is gone
+    _claim_file(cells[0].run_dir, socket.gethostname(), os.getpid(), "1")
+    assert claims.claim(cells[0].run_dir) is None
+    assert json.loads((cells[0].run_dir / claims.CLAIM_FILE).read_text())["start"] == claims._start_time(os.getpid())
+
+
+@pytest.mark.parametrize("ending", ["failure", "interrupt"])
+def test_a_claim_is_released_however_the_cell_ends(tmp_path, ending):
+    _, cells = make_cells(tmp_path, seeds=(0,))
+    cells = cells[:1]
+
+    def ends(cell, on_progress):
+        assert claims.holder(cell.run_dir)["pid"] == os.getpid()  # held while it runs
+        raise KeyboardInterrupt if ending == "interrupt" else RuntimeError("boom")
+
+    if ending == "interrupt":
+        with pytest.raises(KeyboardInterrupt):
+            runner.run_cells(cells, ends, PlainDisplay([cells[0].name], io.StringIO()))
+    else:
+        assert runner.run_cells(cells, ends, PlainDisplay([cells[0].name], io.StringIO())) == {cells[0].name: "failed"}
+    assert not (cells[0].run_dir / claims.CLAIM_FILE).exists()
