@@ -86,4 +86,4 @@ def release(run_dir: Path) -> None:
 
 
 def describe(held: dict) -> str:
-    return f"run by another runner (pid {held.get('pid')} on {held.get('host')})"
+    return f"another runner (pid {held.get('pid')} on {held.get('host')})"

@@ -229,7 +229,7 @@ def run_cells(cells: list[Cell], run_cell: Callable, display, keep_final_checkpo
         held = claims.claim(cell.run_dir)
         if held is not None:
             statuses[cell.name] = "elsewhere"
-            display.update(cell.name, status="elsewhere", note=claims.describe(held))
+            display.update(cell.name, status="elsewhere", note=f"run by {claims.describe(held)}")
             continue
         try:
             statuses[cell.name] = _run_claimed(cell, run_cell, display, keep_final_checkpoint)

@@ -7,7 +7,7 @@ import functools
 import sys
 from pathlib import Path
 
-from ragen2.bench import runner
+from ragen2.bench import claims, runner
 from ragen2.bench.display import make_display
 from ragen2.bench.suite import SuiteError, expand, key_settings, load_suite
 from ragen2.bench.worker import EngineUnavailable, openrlhf_run
@@ -66,9 +66,11 @@ def run(args) -> int:
     if args.list_only:
         print(f"suite {suite.name} ({suite.path}): {len(cells)} cells -> {out}/runs/")
         for cell in cells:
-            status = ("done" if runner.is_done(cell.run_dir) else
+            held = None if runner.is_done(cell.run_dir) else claims.holder(cell.run_dir)
+            status = ("done" if runner.is_done(cell.run_dir) else "running" if held else
                       "resume" if checkpoints_dir(cell.run_dir).is_dir() else "new")
-            print(f"  [{status:6}] {cell.name}\n           {key_settings(cell)}")
+            where = f" (run by {claims.describe(held)})" if held else ""
+            print(f"  [{status:7}] {cell.name}{where}\n            {key_settings(cell)}")
         return 0
     if args.engine == "openrlhf":
         if suite.validate_before:

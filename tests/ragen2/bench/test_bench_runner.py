@@ -334,6 +334,20 @@ def test_a_live_claim_is_respected_and_a_stale_one_taken_over(tmp_path):
     assert not (cells[0].run_dir / claims.CLAIM_FILE).exists()
 
 
+def test_list_shows_which_cells_another_runner_is_running(tmp_path, capsys):
+    _, cells = make_cells(tmp_path, seeds=(0,))
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        _claim_file(cells[0].run_dir, socket.gethostname(), holder.pid, claims._start_time(holder.pid))
+        assert main(["bench", str(tmp_path / "suite.yaml"), "--out", str(tmp_path / "bench"), "--list"]) == 0
+    finally:
+        holder.kill()
+        holder.wait()
+    out = capsys.readouterr().out
+    assert f"[running] {cells[0].name} (run by another runner (pid {holder.pid} on" in out
+    assert f"[new    ] {cells[1].name}" in out
+
+
 def test_a_reused_pid_does_not_keep_a_claim_alive(tmp_path):
     _, cells = make_cells(tmp_path, seeds=(0,))
     # this very process, but started at another time: the pid was reused, its runner is gone

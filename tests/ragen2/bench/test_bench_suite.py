@@ -204,7 +204,7 @@ def test_cli_list_shows_cells_and_a_bad_suite_is_one_line(tmp_path, capsys):
     path = write(tmp_path, SUITE)
     assert main(["bench", path, "--out", str(tmp_path / "o"), "--list"]) == 0
     out = capsys.readouterr().out
-    assert "10 cells" in out and "[new   ] a--bandit--ppo--snr-top-p--s1" in out
+    assert "10 cells" in out and "[new    ] a--bandit--ppo--snr-top-p--s1" in out
     assert "filter top_p 0.9 by reward_variance" in out
     assert not (tmp_path / "o").exists()  # listing writes nothing
     assert main(["bench", "no-such-suite", "--list"]) == 2
