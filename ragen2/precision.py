@@ -8,11 +8,16 @@ in fp32, and the callers take log-softmax, log-probs, ratios and losses in fp32.
 
 `auto` (the default) picks bfloat16 where it pays and float32 elsewhere:
 - CUDA: bfloat16 where the GPU supports it;
-- CPU: bfloat16 only where the CPU has bf16 units (AMX-BF16, AVX512-BF16, Arm BF16: read from
-  the CPU flags) *and* a short matmul benchmark confirms it is clearly faster. Without the
-  units torch emulates bf16 and it is slower than fp32, so the flags alone decide "no".
-The choice and its reason are written into the run's config.yaml (as the resolved dtype)
-and its log, so a resumed run computes as the first one did.
+- CPU: bfloat16 where the CPU flags show x86 bf16 units (AMX-BF16, AVX512-BF16), whose
+  oneDNN kernels run bf16 matmuls 2-4x faster than fp32; float32 elsewhere. Without the units
+  torch emulates bf16, slower than fp32. Arm's BF16 flag is reported but not acted on: torch's
+  CPU bf16 kernels there are not known to beat fp32 (set model.dtype=bfloat16 to try).
+The CPU flags alone decide, never a timing: an earlier version also required a matmul benchmark
+to show bf16 1.5x faster, and under load (or another BLAS path) that benchmark flipped between
+processes, so two runs of one config on one machine could compute in different precisions
+(issue 32 item 8: a child run's numbers differed from the same run in-process). The choice and
+its reason are written into the run's config.yaml (as the resolved dtype) and its log, so a
+resumed run computes as the first one did.
 """
 
 from __future__ import annotations
@@ -30,8 +35,8 @@ import torch
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # CPU flags (Linux /proc/cpuinfo names) that mean bf16 runs in hardware.
 CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16", "bf16")
-# bf16 must beat fp32 by this much on the benchmark: below it, the precision lost buys little.
-MIN_SPEEDUP = 1.5
+# Those on which auto picks bf16: x86's, where torch's oneDNN kernels use them.
+X86_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 _COMPUTE_ATTR = "ragen2_compute_dtype"
 
 
@@ -71,7 +76,8 @@ def _read_cpuinfo() -> str:
 
 
 def matmul_gflops(dtype: torch.dtype, size: int = 1024, seconds: float = 0.15) -> float:
-    """Throughput of a size x size matmul in `dtype` on this CPU, over about `seconds`."""
+    """Throughput of a size x size matmul in `dtype` on this CPU, over about `seconds` (for
+    benchmarks; the auto choice never reads a timing)."""
     generator = torch.Generator().manual_seed(0)  # its own: the global RNG shapes the run being set up
     a = torch.randn(size, size, generator=generator).to(dtype)
     b = torch.randn(size, size, generator=generator).to(dtype)
@@ -85,28 +91,22 @@ def matmul_gflops(dtype: torch.dtype, size: int = 1024, seconds: float = 0.15) -
             return 2 * size ** 3 * calls / elapsed / 1e9
 
 
-def choose_cpu_dtype(flags: list[str], fp32_gflops: float | None, bf16_gflops: float | None,
-                     min_speedup: float = MIN_SPEEDUP) -> PrecisionChoice:
-    """The CPU decision from its inputs alone (so it is testable on any machine)."""
-    if not flags:
-        return PrecisionChoice("float32", "auto: this CPU reports no bf16 units (amx_bf16, avx512_bf16, "
-                                          "bf16), so bf16 would be emulated and slower")
-    if not fp32_gflops or not bf16_gflops:
-        return PrecisionChoice("float32", f"auto: bf16 units ({', '.join(flags)}) but no benchmark figure")
-    ratio = bf16_gflops / fp32_gflops
-    measured = (f"{', '.join(flags)}; matmul 1024^2 {bf16_gflops:.0f} GFLOP/s bf16 vs "
-                f"{fp32_gflops:.0f} fp32 = {ratio:.2f}x")
-    if ratio >= min_speedup:
-        return PrecisionChoice("bfloat16", f"auto: bf16 mixed precision (fp32 weights), {measured}")
-    return PrecisionChoice("float32", f"auto: bf16 not clearly faster here ({measured} < {min_speedup}x)")
+def choose_cpu_dtype(flags: list[str]) -> PrecisionChoice:
+    """The CPU decision from the CPU's bf16 flags alone (so it is the same in every process)."""
+    units = [flag for flag in flags if flag in X86_BF16_FLAGS]
+    if units:
+        return PrecisionChoice("bfloat16", f"auto: bf16 mixed precision (fp32 weights), {', '.join(units)}")
+    if flags:
+        return PrecisionChoice("float32", f"auto: float32; this CPU reports {', '.join(flags)}, but torch's CPU "
+                                          "bf16 kernels are not known to beat fp32 there (model.dtype=bfloat16 "
+                                          "to try)")
+    return PrecisionChoice("float32", "auto: this CPU reports no bf16 units (amx_bf16, avx512_bf16, "
+                                      "bf16), so bf16 would be emulated and slower")
 
 
 @functools.lru_cache(maxsize=None)
 def _cpu_choice() -> PrecisionChoice:
-    flags = cpu_bf16_flags()
-    if not flags:  # no benchmark: emulated bf16 is never the answer
-        return choose_cpu_dtype(flags, None, None)
-    return choose_cpu_dtype(flags, matmul_gflops(torch.float32), matmul_gflops(torch.bfloat16))
+    return choose_cpu_dtype(cpu_bf16_flags())
 
 
 def resolve(requested: str, device: torch.device | str = "cpu") -> PrecisionChoice:
