@@ -66,8 +66,9 @@ def run(args) -> int:
     if args.list_only:
         print(f"suite {suite.name} ({suite.path}): {len(cells)} cells -> {out}/runs/")
         for cell in cells:
-            held = None if runner.is_done(cell.run_dir) else claims.holder(cell.run_dir)
-            status = ("done" if runner.is_done(cell.run_dir) else "running" if held else
+            done = runner.is_done(cell.run_dir)
+            held = None if done else claims.holder(cell.run_dir)
+            status = ("done" if done else "running" if held else
                       "resume" if checkpoints_dir(cell.run_dir).is_dir() else "new")
             where = f" (run by {claims.describe(held)})" if held else ""
             print(f"  [{status:7}] {cell.name}{where}\n            {key_settings(cell)}")
