@@ -19,7 +19,8 @@ from tests.tiny import tiny_llama, tiny_tokenizer
 def _restoring_process_state():
     threads, rng, environ = torch.get_num_threads(), torch.get_rng_state(), dict(os.environ)
     dtype, grad, matmul = torch.get_default_dtype(), torch.is_grad_enabled(), torch.get_float32_matmul_precision()
-    deterministic = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
+    deterministic = (torch.are_deterministic_algorithms_enabled(),
+                     torch.is_deterministic_algorithms_warn_only_enabled())
     numpy_rng, python_rng = np.random.get_state(), random.getstate()
     yield
     if torch.get_num_threads() != threads:
