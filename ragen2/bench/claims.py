@@ -3,7 +3,8 @@
 Before a runner starts a cell it creates `<cell>/bench_claim.json` (exclusively: of two runners
 racing, one wins) naming its host, process id and that process's start time; it deletes the file
 when the cell ends, however it ends. Another runner skips a claimed cell. A claim whose process
-is gone (killed, the machine restarted) is stale and is taken over, so an interrupted cell
+is gone (killed, the machine restarted), or that stayed unreadable for UNREADABLE_CLAIM_S (its
+runner died between creating and writing it), is stale and is taken over, so an interrupted cell
 resumes as before. A claim from another host cannot be checked from here and is respected; the
 file is not committed (.gitignore), so a fresh clone on a new machine starts with none.
 """
@@ -13,9 +14,12 @@ from __future__ import annotations
 import json
 import os
 import socket
+import time
 from pathlib import Path
 
 CLAIM_FILE = "bench_claim.json"
+# A claim file that cannot be read for this long was not being written: its runner died first.
+UNREADABLE_CLAIM_S = 30.0
 
 
 def _start_time(pid: int) -> str | None:
@@ -48,8 +52,14 @@ def holder(run_dir: Path) -> dict | None:
         held = json.loads(path.read_text())
     except FileNotFoundError:
         return None
-    except (OSError, ValueError):  # being written right now by the runner that won the race
-        return {"host": "?", "pid": None}
+    except (OSError, ValueError):
+        # Being written right now by the runner that won the race; or left empty by a runner killed
+        # between creating and writing it, which must not hold the cell forever.
+        try:
+            fresh = time.time() - path.stat().st_mtime < UNREADABLE_CLAIM_S
+        except OSError:
+            return None
+        return {"host": "?", "pid": None} if fresh else None
     if held.get("host") != socket.gethostname():
         return held
     pid = held.get("pid")

@@ -10,6 +10,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -346,6 +347,18 @@ def test_list_shows_which_cells_another_runner_is_running(tmp_path, capsys):
     out = capsys.readouterr().out
     assert f"[running] {cells[0].name} (run by another runner (pid {holder.pid} on" in out
     assert f"[new    ] {cells[1].name}" in out
+
+
+def test_an_unreadable_claim_holds_the_cell_only_while_it_may_still_be_being_written(tmp_path):
+    _, cells = make_cells(tmp_path, seeds=(0,))
+    run_dir = cells[0].run_dir
+    run_dir.mkdir(parents=True)
+    (run_dir / claims.CLAIM_FILE).write_text("")  # created, not yet written: the winner of a race
+    assert claims.claim(run_dir) == {"host": "?", "pid": None}
+    old = time.time() - claims.UNREADABLE_CLAIM_S - 1  # a runner killed between create and write
+    os.utime(run_dir / claims.CLAIM_FILE, (old, old))
+    assert claims.claim(run_dir) is None
+    assert json.loads((run_dir / claims.CLAIM_FILE).read_text())["pid"] == os.getpid()
 
 
 def test_a_reused_pid_does_not_keep_a_claim_alive(tmp_path):
