@@ -1,14 +1,17 @@
 """Peak resident memory of a 1-step `ragen2 train` per preset, and which phase sets it.
 
-    python benchmarks/peak_memory.py [--envs sokoban,frozen_lake] [--threads 1] [--kill-gb 8]
+    python benchmarks/peak_memory.py [--envs sokoban,frozen_lake] [--threads 1] [--kill-gb 8] [--heap kept|default]
                                      [--out docs/benchmarks/peak_memory.json] [KEY=VALUE ...]
 
 Each preset runs in a child process as `ragen2 train --env NAME --steps 1` runs it (the preset's
 config, validation before and after, the MI probe if due at step 0, the update, the checkpoint),
 with KEY=VALUE overrides for both. The child wraps each phase of the trainer (model load,
 validation, rollout, probe, gradient decomposition, update inputs, update, checkpoint) and,
-around each, returns freed heap to the OS (malloc_trim), resets VmHWM (/proc/self/clear_refs)
-and reads it after: the phase's peak resident set, and the live set it started from. torch's
+around each, resets VmHWM (/proc/self/clear_refs) and reads it after: the phase's peak resident
+set, and the set it started from. The child's allocator keeps freed memory as `ragen2` does
+(ragen2.heap), so the sets include the free memory its heap holds, as in a real run; `--heap
+default` runs glibc's defaults and returns freed heap to the OS (malloc_trim) before each phase,
+so each phase starts from what is alive. torch's
 allocations go through malloc, so tracemalloc would not see them; VmHWM does. The whole run's
 peak is the largest VmHWM read (before every reset and at the end).
 
@@ -61,8 +64,9 @@ def available_gb() -> float:
 class PhaseMeter:
     """Per-phase peak resident set (outermost phases only: a phase inside another is its parent's)."""
 
-    def __init__(self, partial_out: str | None = None):
+    def __init__(self, partial_out: str | None = None, trim: bool = True):
         self.partial_out = partial_out  # phases so far, for the parent when it stops this child
+        self.trim = trim  # return freed heap to the OS before each phase
         self.phases: list[dict] = []
         self.depth = 0
         self.peak_kb = 0
@@ -81,10 +85,11 @@ class PhaseMeter:
                 return inner(*args, **kwargs)
             meter.depth += 1
             meter._hwm()  # keep the whole run's peak before resetting it
-            try:
-                ctypes.CDLL("libc.so.6").malloc_trim(0)
-            except (OSError, AttributeError):
-                pass
+            if meter.trim:
+                try:
+                    ctypes.CDLL("libc.so.6").malloc_trim(0)
+                except (OSError, AttributeError):
+                    pass
             Path("/proc/self/clear_refs").write_text("5")
             start_kb = status_kb("VmRSS:") or 0
             if meter.partial_out:  # the phase running when the parent stops this child
@@ -116,8 +121,11 @@ def child(args) -> None:
     from ragen2.engines.local import learner, trainer
     from ragen2.instruments import probe as probe_lib
 
+    from ragen2 import heap
+
+    kept = args.heap == "kept" and heap.keep_freed_memory().startswith("freed memory kept")
     torch.set_num_threads(args.threads)
-    meter = PhaseMeter(args.child_out)
+    meter = PhaseMeter(args.child_out, trim=not kept)
     # trainer.grad_decomp: wherever the trainer takes the module from
     for owner, name, label in ((learner, "build_models", "load_models"), (trainer, "validate", "validation"),
                                (trainer, "rollout", "rollout"), (probe_lib.Probe, "maybe_run", "probe"),
@@ -136,6 +144,7 @@ def child(args) -> None:
     step = rows[-1] if rows else {}
     report = {
         "env": cfg.env.name, "dtype": cfg.model.dtype, "torch_threads": torch.get_num_threads(),
+        "heap": heap.state(),
         "config": {"groups_x_size": f"{cfg.rollout.num_groups}x{cfg.rollout.group_size}",
                    "max_turns": cfg.rollout.max_turns, "max_new_tokens": cfg.rollout.max_new_tokens,
                    "mini_batch": cfg.optim.mini_batch_size, "micro_batch": cfg.optim.micro_batch_size,
@@ -160,7 +169,7 @@ def watched_child(env: str, args) -> dict:
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as handle:
         out = handle.name
     command = [sys.executable, __file__, "--child", env, "--child-out", out, "--threads", str(args.threads),
-               *args.overrides]
+               "--heap", args.heap, *args.overrides]
     started = time.perf_counter()
     process = subprocess.Popen(command, cwd=ROOT)
     sampled_peak_kb, killed = 0, None
@@ -196,6 +205,8 @@ def main() -> None:
     parser.add_argument("--min-available-gb", type=float, default=1.0,
                         help="stop the child when the machine's available memory falls below this")
     parser.add_argument("--target-gb", type=float, default=4.0)
+    parser.add_argument("--heap", choices=("kept", "default"), default="kept",
+                        help="the child's allocator: kept as `ragen2` runs (ragen2.heap), or glibc's defaults")
     parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks" / "peak_memory.json"),
                         help="where the JSON goes too ('' = stdout only)")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)

@@ -1,7 +1,8 @@
 """Shared-prefix passes on and off, side by side in one run: old log-probs and the update.
 
     python benchmarks/shared_prefix.py [--threads auto|N] [--repeats 2] [--env NAME] [--algo NAME]
-                                       [--whole-step] [--skip-phases]
+                                       [--whole-step] [--skip-phases] [--sides both|off|on]
+                                       [--heap kept|default]
                                        [--out docs/benchmarks/shared_prefix.json] [KEY=VALUE ...]
 
 Model: the bundled SmolLM2-135M-Instruct on CPU, in the precision `model.dtype=auto` resolves to
@@ -32,7 +33,9 @@ undone: transformers' own sdpa attention (key/value heads copied under a mask) i
 ragen2.attention's, and the MI probe scoring with the model run whole (the vocabulary head on every
 prompt and pad position) instead of the decoder and the head on scored positions only. The off side
 is then the step as it ran before; the on side is today's.
-`--skip-phases` measures only the whole steps. Prints one JSON object and writes it to `--out`.
+`--skip-phases` measures only the whole steps. `--heap kept` (the default) keeps freed memory in the
+process as `ragen2` does (ragen2.heap); `--heap default` runs glibc's defaults, as before. It is
+process-wide, so benchmarks/step_before_after.py runs each variant in a child (`--sides off|on`). Prints one JSON object and writes it to `--out`.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ from pathlib import Path
 import torch
 
 import mi_probe
-from ragen2 import attention
+from ragen2 import attention, heap
 from ragen2 import metric_names as names
 from ragen2 import seeding
 from ragen2.bench.machine import emit_report, machine_info
@@ -84,11 +87,14 @@ def cpu_description() -> dict:
 
 def reset_peak_rss() -> float | None:
     """Return freed heap to the OS (so the resident set is what is alive), reset VmHWM to it
-    (Linux), and return that resident set in GB."""
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
+    (Linux), and return that resident set in GB. Under ragen2.heap's kept heap nothing is returned:
+    a trim would make the next phase fault its pages in again, the cost that policy removes; the
+    resident set and peaks then include the free memory the heap keeps."""
+    if not heap.state().startswith("freed memory kept"):
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except (OSError, AttributeError):
+            pass
     try:
         Path("/proc/self/clear_refs").write_text("5")
     except OSError:
@@ -185,14 +191,14 @@ def side_state(side: str, models, off_as_before: bool):
 
 
 def phase_comparison(cfg, models, optimizers, batch, repeats: int, on_policy: bool, restore,
-                     off_as_before: bool = False) -> dict:
-    """The old-log-prob pass and the update, off and on alternating, on one rollout's batch."""
+                     off_as_before: bool = False, sides: tuple[str, ...] = ("off", "on")) -> dict:
+    """The old-log-prob pass and the update, off and on alternating, on one rollout's batch
+    (`sides`: one of them only, for a child of benchmarks/step_before_after.py)."""
     fed = FedTokens(models.policy.get_decoder())
-    results: dict[str, dict] = {"off": {}, "on": {}}
+    results: dict[str, dict] = {side: {} for side in sides}
     old_by_side, metrics_by_side = {}, {}
     for repeat in range(repeats):
-        sides = ("off", "on") if repeat % 2 == 0 else ("on", "off")
-        for side in sides:
+        for side in (sides if repeat % 2 == 0 else sides[::-1]):
             cfg.optim.shared_prefix = side == "on"
             with side_state(side, models, off_as_before):
                 data = phase("old_log_probs", lambda: learner.update_inputs(models, batch, cfg, old_log_probs=True),
@@ -200,7 +206,7 @@ def phase_comparison(cfg, models, optimizers, batch, repeats: int, on_policy: bo
             old_by_side[side] = data.old_log_probs
             log(f"[{repeat}] {side}: old log-probs {results[side]['old_log_probs']['runs_s'][-1]:.1f} s "
                 f"({results[side]['old_log_probs']['cpu_runs_s'][-1]:.1f} s CPU)")
-        for side in sides:
+        for side in (sides if repeat % 2 == 0 else sides[::-1]):
             cfg.optim.shared_prefix = side == "on"
             with side_state(side, models, off_as_before):
                 data = learner.update_inputs(models, batch, cfg, old_log_probs=not on_policy)  # untimed
@@ -209,6 +215,9 @@ def phase_comparison(cfg, models, optimizers, batch, repeats: int, on_policy: bo
             restore()
             log(f"[{repeat}] {side}: update {results[side]['update']['runs_s'][-1]:.1f} s "
                 f"({results[side]['update']['cpu_runs_s'][-1]:.1f} s CPU)")
+    if len(sides) == 1:
+        return {sides[0]: results[sides[0]], "update_metrics": metrics_by_side[sides[0]],
+                "off_side": off_side(off_as_before)}
     mask = batch.response_mask.bool()
     diff = (old_by_side["on"] - old_by_side["off"])[mask].abs().max().item()
     scale = old_by_side["off"][mask].abs().max().item()
@@ -239,10 +248,11 @@ def as_before(models):
         mi_probe.cross_score = today
 
 
-def whole_steps(cfg, models, repeats: int, restore, off_as_before: bool = False) -> dict:
+def whole_steps(cfg, models, repeats: int, restore, off_as_before: bool = False,
+                sides: tuple[str, ...] = ("off", "on")) -> dict:
     """Whole `trainer.train_step`s with the switch off and on, alternating after a warm-up; each
     from the rollout's weights (`restore`), a fresh optimiser, step 0 and the same seeds."""
-    results: dict[str, list[dict]] = {"off": [], "on": []}
+    results: dict[str, list[dict]] = {side: [] for side in sides}
     with tempfile.TemporaryDirectory() as tmp:
         def one_step(side: str) -> dict:
             restore()
@@ -261,14 +271,17 @@ def whole_steps(cfg, models, repeats: int, restore, off_as_before: bool = False)
                     "update_metrics": {k: metrics[k] for k in (names.ACTOR_ENTROPY, names.ACTOR_GRAD_NORM, names.ACTOR_PG_LOSS)
                                        if k in metrics}}
 
-        one_step("on")  # warm-up: first-call costs (allocator, kernels) stay out of the timed steps
+        one_step(sides[-1])  # warm-up: first-call costs (allocator, kernels) stay out of the timed steps
         log("whole step: warm-up done")
         for repeat in range(repeats):
-            for side in (("off", "on") if repeat % 2 == 0 else ("on", "off")):
+            for side in (sides if repeat % 2 == 0 else sides[::-1]):
                 results[side].append(one_step(side))
                 log(f"[{repeat}] {side}: step {results[side][-1]['phases_s']['step']:.1f} s "
                     f"{results[side][-1]['phases_s']}")
     best = {side: min(runs, key=lambda r: r["phases_s"]["step"]) for side, runs in results.items()}
+    if len(sides) == 1:
+        return {sides[0]: results[sides[0]], "best_step_s": {sides[0]: best[sides[0]]["phases_s"]["step"]},
+                "best_phases_s": {sides[0]: best[sides[0]]["phases_s"]}, "off_side": off_side(off_as_before)}
     # The step's own phases; what the trainer times outside them (probe, batch building) is "other".
     named = (names.PHASE_ROLLOUT, "probe", names.PHASE_OLD_LOG_PROBS, names.PHASE_REF_LOG_PROBS, names.PHASE_VALUES,
              names.PHASE_ADVANTAGES, names.PHASE_FILTER, names.PHASE_UPDATE)
@@ -299,10 +312,18 @@ def main() -> None:
     parser.add_argument("--skip-phases", action="store_true", help="only the whole steps (with --whole-step)")
     parser.add_argument("--off-as-before", action="store_true",
                         help="the off side also with transformers' sdpa and the whole-model probe scoring")
+    parser.add_argument("--sides", choices=("both", "off", "on"), default="both",
+                        help="time one side only (a child of benchmarks/step_before_after.py)")
+    parser.add_argument("--heap", choices=("kept", "default"), default="kept",
+                        help="kept: freed memory stays in the process, as `ragen2` runs (ragen2.heap); "
+                             "default: glibc's defaults, as before")
     parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks" / "shared_prefix.json"),
                         help="where the JSON goes too ('' = stdout only)")
     parser.add_argument("overrides", nargs="*", help="config KEY=VALUE overrides")
     args = parser.parse_args()
+    if args.heap == "kept":
+        heap.keep_freed_memory()
+    sides = ("off", "on") if args.sides == "both" else (args.sides,)
     threads, threads_reason = pick_threads(args.threads)
     load_start = os.getloadavg()
     cfg = load_config(env=args.env, algo=args.algo,
@@ -345,9 +366,9 @@ def main() -> None:
     }
     if not args.skip_phases:
         report.update(phase_comparison(cfg, models, optimizers, batch, args.repeats, on_policy, restore,
-                                       args.off_as_before))
+                                       args.off_as_before, sides))
     if args.whole_step:
-        report["whole_step"] = whole_steps(cfg, models, args.repeats, restore, args.off_as_before)
+        report["whole_step"] = whole_steps(cfg, models, args.repeats, restore, args.off_as_before, sides)
     report["load_avg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     emit_report(report, args.out)
 

@@ -94,5 +94,14 @@ def main(argv: list[str] | None = None) -> int:
         return 141  # 128 + SIGPIPE
 
 
+def entry() -> int:
+    """The console script: `main` in a process of its own, whose allocator keeps freed memory
+    (ragen2.heap; process-wide, so not done by `main`, which tests and callers run in-process)."""
+    from ragen2 import heap
+
+    heap.keep_freed_memory()
+    return main()
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())

@@ -17,6 +17,8 @@ import platform
 import subprocess
 from pathlib import Path
 
+from ragen2 import heap
+
 
 def cpu_name() -> str:
     """The CPU model (Linux: /proc/cpuinfo's `model name`), else what `platform` knows."""
@@ -41,6 +43,7 @@ def machine_info(with_torch: bool = True) -> dict:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "load_avg": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
+        "heap": heap.state(),  # whether freed memory stays in the process: it moves step times a lot
     }
     if with_torch:
         import torch

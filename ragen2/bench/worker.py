@@ -110,4 +110,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from ragen2 import heap  # a cell's own process: its allocator keeps freed memory (ragen2.heap)
+
+    heap.keep_freed_memory()
     sys.exit(main())

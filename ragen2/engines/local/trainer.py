@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 import snr
+from ragen2 import heap
 from ragen2 import metric_names as names
 from ragen2 import precision
 from ragen2.algos import losses
@@ -253,6 +254,7 @@ def setup(cfg: Config, run_dir: Path, resume: bool = False, quiet: bool = False,
                            LiveLine(enabled=LiveLine.wanted(quiet)))
     for choice in choices:
         log.event("precision", message=choice.describe(), dtype=choice.dtype)
+    log.event("heap", message=heap.state())
     if segment_note:
         log.event("probe_segment", message=segment_note, segment=cfg.probe.segment)
     if latest is not None:

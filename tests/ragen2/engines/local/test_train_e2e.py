@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from ragen2 import heap
 from ragen2.cli import main
-from ragen2.run_dir import read_metrics
+from ragen2.run_dir import read_events, read_metrics
 
 ROOT = Path(__file__).resolve().parents[4]
 TINY = ["rollout.num_groups=3", "rollout.group_size=2", "rollout.max_new_tokens=10", "trainer.val_groups=2",
@@ -111,3 +112,8 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(tiny_model_dir, tmp_pat
 
     assert main(["train", "--quiet", "--resume", str(run)]) == 0
     assert _deterministic(read_metrics(run)) == reference
+    # The child kept its freed memory (ragen2.heap), the in-process runs did not: the allocation
+    # policy leaves the numbers as they were.
+    heap_lines = [e["message"] for e in read_events(run) if e["kind"] == "heap"]
+    assert heap_lines[0].startswith("freed memory kept") or heap._glibc() is None
+    assert heap_lines[-1] == heap.state()

@@ -1,0 +1,126 @@
+"""The training step as it ran before issue 31's work against today's, each in a process of its own.
+
+    python benchmarks/step_before_after.py [--rounds 2] [--repeats 2] [--threads 1]
+                                           [--out docs/benchmarks/step_before_after.json] [KEY=VALUE ...]
+
+Three variants, each a child `benchmarks/shared_prefix.py --whole-step` timing one side (old
+log-probs, the update, whole training steps) on the CPU default config; rounds alternate their
+order, so a busy spell on a shared machine hits each:
+
+- `before`: shared prefix off, transformers' sdpa, the probe scoring the whole model, and
+  glibc's allocation defaults (freed memory goes back to the kernel);
+- `shared_prefix_glibc_heap`: today's code with glibc's defaults;
+- `today`: today's code as `ragen2` runs it, freed memory kept in the process (ragen2.heap).
+
+The allocation policy is process-wide, which is why each variant needs a process of its own. Each
+child rolls out from the same seed, so all see the same batch (checked: `same_batch`), and their
+update metrics must agree. Prints one JSON object with every child's runs, each variant's best,
+and the ratios before / today, before / shared_prefix_glibc_heap (the shared-prefix work) and
+shared_prefix_glibc_heap / today (the heap), and writes it to `--out`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run as a script from a checkout
+
+from ragen2.bench.machine import emit_report, machine_info  # noqa: E402
+
+VARIANTS = {
+    "before": ["--sides", "off", "--off-as-before", "--heap", "default"],
+    "shared_prefix_glibc_heap": ["--sides", "on", "--heap", "default"],
+    "today": ["--sides", "on", "--heap", "kept"],
+}
+PHASES = ("old_log_probs", "update")
+STEP_PHASES = ("rollout", "probe", "update", "step")
+
+
+def run_child(variant: str, args, out: Path) -> dict:
+    command = [sys.executable, str(ROOT / "benchmarks" / "shared_prefix.py"), "--whole-step",
+               "--threads", str(args.threads), "--repeats", str(args.repeats), "--out", str(out),
+               *VARIANTS[variant], *args.overrides]
+    print(f"{variant}: {' '.join(command[1:])}", file=sys.stderr, flush=True)
+    done = subprocess.run(command, cwd=ROOT, stdout=subprocess.DEVNULL)
+    if done.returncode != 0:
+        raise SystemExit(f"{variant}: the child failed with exit code {done.returncode}")
+    return json.loads(out.read_text())
+
+
+def side_of(child: dict) -> str:
+    return "off" if "off" in child["whole_step"] else "on"
+
+
+def summarise(children: list[dict]) -> dict:
+    """One variant's best figures over its children's runs."""
+    side = side_of(children[0])
+    phases = {name: min(run for c in children for run in c[side][name]["runs_s"]) for name in PHASES}
+    steps = [run for c in children for run in c["whole_step"][side]]
+    best_step = min(steps, key=lambda run: run["phases_s"]["step"])
+    return {
+        "side": side,
+        "phases_best_s": phases,
+        "whole_step_best_s": {name: best_step["phases_s"].get(name) for name in STEP_PHASES},
+        "step_runs_s": [run["phases_s"]["step"] for run in steps],
+        "peak_rss_gb": max(peak for c in children for name in PHASES for peak in c[side][name].get("peak_rss_gb", [0])),
+        "update_metrics": children[0]["update_metrics"],
+        "heap": children[0]["machine"]["heap"],
+    }
+
+
+def ratio(slow: float | None, fast: float | None) -> float | None:
+    return round(slow / fast, 2) if slow and fast else None
+
+
+def ratios(slow: dict, fast: dict) -> dict:
+    out = {name: ratio(slow["phases_best_s"][name], fast["phases_best_s"][name]) for name in PHASES}
+    out.update({f"whole_step_{name}": ratio(slow["whole_step_best_s"][name], fast["whole_step_best_s"][name])
+                for name in STEP_PHASES})
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=2, help="children per variant, order alternating")
+    parser.add_argument("--repeats", type=int, default=2, help="timed runs of each phase inside a child")
+    parser.add_argument("--threads", default="1")
+    parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks" / "step_before_after.json"))
+    parser.add_argument("overrides", nargs="*", help="config KEY=VALUE overrides, passed to every child")
+    args = parser.parse_args()
+    load_start = os.getloadavg()
+    runs: dict[str, list[dict]] = {variant: [] for variant in VARIANTS}
+    with tempfile.TemporaryDirectory() as tmp:
+        for round_index in range(args.rounds):
+            order = list(VARIANTS) if round_index % 2 == 0 else list(VARIANTS)[::-1]
+            for variant in order:
+                runs[variant].append(run_child(variant, args, Path(tmp) / f"{variant}-{round_index}.json"))
+    best = {variant: summarise(children) for variant, children in runs.items()}
+    first = runs["today"][0]
+    batches = [child["batch"] | {"rollout_s": None} for children in runs.values() for child in children]
+    report = {
+        "machine": machine_info(with_torch=False) | {key: first["machine"].get(key) for key in
+                                                     ("torch", "torch_threads", "cpu_capability", "bf16_flags")},
+        "load_avg_at_start": [round(x, 2) for x in load_start],
+        "config": first["config"], "dtype": first["dtype"], "batch": first["batch"],
+        "same_batch": all(b == batches[0] for b in batches),
+        "variants": {variant: VARIANTS[variant] for variant in VARIANTS},
+        "best": best,
+        "ratio_before_over_today": ratios(best["before"], best["today"]),
+        "ratio_shared_prefix_work": ratios(best["before"], best["shared_prefix_glibc_heap"]),
+        "ratio_heap_kept": ratios(best["shared_prefix_glibc_heap"], best["today"]),
+        "targets": {"old_log_probs": 2.5, "update": 2.5, "whole_step_step": 2.0, "whole_step_probe": 2.0},
+        "children": runs,
+        "load_avg_at_end": [round(x, 2) for x in os.getloadavg()],
+    }
+    emit_report(report, args.out)
+
+
+if __name__ == "__main__":
+    main()
