@@ -1,7 +1,7 @@
 """Shared-prefix passes on and off, side by side in one run: old log-probs and the update.
 
     python benchmarks/shared_prefix.py [--threads auto|N] [--repeats 2] [--env NAME] [--algo NAME]
-                                       [--whole-step] [--skip-phases] [--sides both|off|on]
+                                       [--whole-step] [--skip-phases] [--sides both|off|on] [--warm-up N]
                                        [--heap kept|default]
                                        [--out docs/benchmarks/shared_prefix.json] [KEY=VALUE ...]
 
@@ -191,12 +191,22 @@ def side_state(side: str, models, off_as_before: bool):
 
 
 def phase_comparison(cfg, models, optimizers, batch, repeats: int, on_policy: bool, restore,
-                     off_as_before: bool = False, sides: tuple[str, ...] = ("off", "on")) -> dict:
+                     off_as_before: bool = False, sides: tuple[str, ...] = ("off", "on"),
+                     warm_up: int = 0) -> dict:
     """The old-log-prob pass and the update, off and on alternating, on one rollout's batch
-    (`sides`: one of them only, for a child of benchmarks/step_before_after.py)."""
+    (`sides`: one of them only, for a child of benchmarks/step_before_after.py). `warm_up`
+    untimed passes and updates a side first: a process's first updates also fault in the heap
+    and the optimiser's moments."""
     fed = FedTokens(models.policy.get_decoder())
     results: dict[str, dict] = {side: {} for side in sides}
     old_by_side, metrics_by_side = {}, {}
+    for _ in range(warm_up):
+        for side in sides:
+            cfg.optim.shared_prefix = side == "on"
+            with side_state(side, models, off_as_before):
+                learner.ppo_update(models, optimizers, learner.update_inputs(models, batch, cfg, old_log_probs=True),
+                                   cfg, torch.Generator().manual_seed(0))
+            restore()
     for repeat in range(repeats):
         for side in (sides if repeat % 2 == 0 else sides[::-1]):
             cfg.optim.shared_prefix = side == "on"
@@ -217,7 +227,7 @@ def phase_comparison(cfg, models, optimizers, batch, repeats: int, on_policy: bo
                 f"({results[side]['update']['cpu_runs_s'][-1]:.1f} s CPU)")
     if len(sides) == 1:
         return {sides[0]: results[sides[0]], "update_metrics": metrics_by_side[sides[0]],
-                "off_side": off_side(off_as_before)}
+                "off_side": off_side(off_as_before), "warm_up_updates": warm_up}
     mask = batch.response_mask.bool()
     diff = (old_by_side["on"] - old_by_side["off"])[mask].abs().max().item()
     scale = old_by_side["off"][mask].abs().max().item()
@@ -312,6 +322,8 @@ def main() -> None:
     parser.add_argument("--skip-phases", action="store_true", help="only the whole steps (with --whole-step)")
     parser.add_argument("--off-as-before", action="store_true",
                         help="the off side also with transformers' sdpa and the whole-model probe scoring")
+    parser.add_argument("--warm-up", type=int, default=0,
+                        help="untimed old-log-prob passes and updates per side before the timed phases")
     parser.add_argument("--sides", choices=("both", "off", "on"), default="both",
                         help="time one side only (a child of benchmarks/step_before_after.py)")
     parser.add_argument("--heap", choices=("kept", "default"), default="kept",
@@ -366,7 +378,7 @@ def main() -> None:
     }
     if not args.skip_phases:
         report.update(phase_comparison(cfg, models, optimizers, batch, args.repeats, on_policy, restore,
-                                       args.off_as_before, sides))
+                                       args.off_as_before, sides, args.warm_up))
     if args.whole_step:
         report["whole_step"] = whole_steps(cfg, models, args.repeats, restore, args.off_as_before, sides)
     report["load_avg_at_end"] = [round(x, 2) for x in os.getloadavg()]

@@ -1,11 +1,13 @@
 """The training step as it ran before issue 31's work against today's, each in a process of its own.
 
-    python benchmarks/step_before_after.py [--rounds 2] [--repeats 2] [--threads 1]
+    python benchmarks/step_before_after.py [--rounds 2] [--repeats 2] [--threads 1] [--warm-up 2]
+    python benchmarks/step_before_after.py --resummarise docs/benchmarks/step_before_after.json
                                            [--out docs/benchmarks/step_before_after.json] [KEY=VALUE ...]
 
 Three variants, each a child `benchmarks/shared_prefix.py --whole-step` timing one side (old
-log-probs, the update, whole training steps) on the CPU default config; rounds alternate their
-order, so a busy spell on a shared machine hits each:
+log-probs and the update after `--warm-up` untimed updates, then whole training steps after a
+warm-up step) on the CPU default config; rounds alternate their order, so a busy spell on a
+shared machine hits each:
 
 - `before`: shared prefix off, transformers' sdpa, the probe scoring the whole model, and
   glibc's allocation defaults (freed memory goes back to the kernel);
@@ -45,6 +47,7 @@ STEP_PHASES = ("rollout", "probe", "update", "step")
 
 def run_child(variant: str, args, out: Path) -> dict:
     command = [sys.executable, str(ROOT / "benchmarks" / "shared_prefix.py"), "--whole-step",
+               "--warm-up", str(args.warm_up),
                "--threads", str(args.threads), "--repeats", str(args.repeats), "--out", str(out),
                *VARIANTS[variant], *args.overrides]
     print(f"{variant}: {' '.join(command[1:])}", file=sys.stderr, flush=True)
@@ -64,11 +67,18 @@ def summarise(children: list[dict]) -> dict:
     phases = {name: min(run for c in children for run in c[side][name]["runs_s"]) for name in PHASES}
     steps = [run for c in children for run in c["whole_step"][side]]
     best_step = min(steps, key=lambda run: run["phases_s"]["step"])
+    step, probe = best_step["phases_s"]["step"], best_step["phases_s"].get("probe", 0.0)
+    every = children[0]["config"]["probe_every"]
     return {
         "side": side,
         "phases_best_s": phases,
         "whole_step_best_s": {name: best_step["phases_s"].get(name) for name in STEP_PHASES},
         "step_runs_s": [run["phases_s"]["step"] for run in steps],
+        # Arithmetic on the best step's phases, not measured steps: the probe's share of it, the
+        # step when no probe is due, and the mean step of a run probing every `probe.every` steps.
+        "probe_share_of_step": round(probe / step, 3),
+        "step_without_probe_s": round(step - probe, 3),
+        "mean_step_probe_every_s": round(step - probe + probe / every, 3) if every else round(step - probe, 3),
         "peak_rss_gb": max(peak for c in children for name in PHASES for peak in c[side][name].get("peak_rss_gb", [0])),
         "update_metrics": children[0]["update_metrics"],
         "heap": children[0]["machine"]["heap"],
@@ -83,7 +93,20 @@ def ratios(slow: dict, fast: dict) -> dict:
     out = {name: ratio(slow["phases_best_s"][name], fast["phases_best_s"][name]) for name in PHASES}
     out.update({f"whole_step_{name}": ratio(slow["whole_step_best_s"][name], fast["whole_step_best_s"][name])
                 for name in STEP_PHASES})
+    out.update({name: ratio(slow[name], fast[name]) for name in ("step_without_probe_s", "mean_step_probe_every_s")})
     return out
+
+
+def add_summaries(report: dict) -> dict:
+    """Each variant's best figures and the ratios, from the children's runs in `report`."""
+    best = {variant: summarise(children) for variant, children in report["children"].items()}
+    report.update({
+        "best": best,
+        "ratio_before_over_today": ratios(best["before"], best["today"]),
+        "ratio_shared_prefix_work": ratios(best["before"], best["shared_prefix_glibc_heap"]),
+        "ratio_heap_kept": ratios(best["shared_prefix_glibc_heap"], best["today"]),
+    })
+    return report
 
 
 def main() -> None:
@@ -91,9 +114,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="children per variant, order alternating")
     parser.add_argument("--repeats", type=int, default=2, help="timed runs of each phase inside a child")
     parser.add_argument("--threads", default="1")
+    parser.add_argument("--warm-up", type=int, default=2,
+                        help="untimed updates in each child before the timed phases: a process's first "
+                             "two fault in its heap and the optimiser's moments")
     parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks" / "step_before_after.json"))
     parser.add_argument("overrides", nargs="*", help="config KEY=VALUE overrides, passed to every child")
+    parser.add_argument("--resummarise", metavar="JSON",
+                        help="recompute the best figures and ratios of an earlier report from its children's "
+                             "runs (after a change to this summary), written back to that file")
     args = parser.parse_args()
+    if args.resummarise:
+        emit_report(add_summaries(json.loads(Path(args.resummarise).read_text())), args.resummarise)
+        return
     load_start = os.getloadavg()
     runs: dict[str, list[dict]] = {variant: [] for variant in VARIANTS}
     with tempfile.TemporaryDirectory() as tmp:
@@ -101,7 +133,6 @@ def main() -> None:
             order = list(VARIANTS) if round_index % 2 == 0 else list(VARIANTS)[::-1]
             for variant in order:
                 runs[variant].append(run_child(variant, args, Path(tmp) / f"{variant}-{round_index}.json"))
-    best = {variant: summarise(children) for variant, children in runs.items()}
     first = runs["today"][0]
     batches = [child["batch"] | {"rollout_s": None} for children in runs.values() for child in children]
     report = {
@@ -111,15 +142,12 @@ def main() -> None:
         "config": first["config"], "dtype": first["dtype"], "batch": first["batch"],
         "same_batch": all(b == batches[0] for b in batches),
         "variants": {variant: VARIANTS[variant] for variant in VARIANTS},
-        "best": best,
-        "ratio_before_over_today": ratios(best["before"], best["today"]),
-        "ratio_shared_prefix_work": ratios(best["before"], best["shared_prefix_glibc_heap"]),
-        "ratio_heap_kept": ratios(best["shared_prefix_glibc_heap"], best["today"]),
+        "warm_up_updates": args.warm_up,
         "targets": {"old_log_probs": 2.5, "update": 2.5, "whole_step_step": 2.0, "whole_step_probe": 2.0},
         "children": runs,
         "load_avg_at_end": [round(x, 2) for x in os.getloadavg()],
     }
-    emit_report(report, args.out)
+    emit_report(add_summaries(report), args.out)
 
 
 if __name__ == "__main__":

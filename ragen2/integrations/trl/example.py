@@ -79,4 +79,7 @@ def main(argv=None) -> list[dict]:
 
 
 if __name__ == "__main__":
+    from ragen2 import heap  # a process of its own: keep freed memory for reuse, as `ragen2` does
+
+    heap.keep_freed_memory()
     main()
