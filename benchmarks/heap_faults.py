@@ -33,6 +33,7 @@ def child(policy: str, updates: int, threads: int) -> dict:
     import torch
 
     from ragen2 import heap, seeding
+    from ragen2 import metric_names as names
     from ragen2.config import load_config
     from ragen2.engines.local import learner, trainer
     from ragen2.rollout import rollout
@@ -52,7 +53,7 @@ def child(policy: str, updates: int, threads: int) -> dict:
         faults, started = minor_faults(), time.perf_counter()
         metrics = learner.ppo_update(models, optimizers, data, cfg, torch.Generator().manual_seed(0))
         runs.append({"seconds": round(time.perf_counter() - started, 3), "minor_faults": minor_faults() - faults,
-                     "grad_norm": metrics.get("actor/grad_norm")})
+                     "grad_norm": metrics.get(names.ACTOR_GRAD_NORM)})
         with torch.no_grad():
             for p, saved in zip(models.policy.parameters(), snapshot):
                 p.copy_(saved)
