@@ -175,6 +175,10 @@ class TrainerSection(Section):
     # best and worst first, with text, parse results and reward; 0 = off
     log_completions: int = Field(2, ge=0)
     print_completions: bool = False  # also print them under each step line (--show-completions; not with --quiet)
+    # The `ragen2` command keeps freed memory in the process for reuse (ragen2/heap.py): faster steps,
+    # a resident set near the step's peak. false: the run hands it back to the kernel, for a lower
+    # peak where long multi-turn rows fragment the heap (the Sokoban and FrozenLake presets)
+    keep_freed_memory: bool = True
 
 
 class ProbeSection(Section):

@@ -7,12 +7,16 @@ import sys
 import pytest
 
 from ragen2 import cli, heap
+from ragen2.config import load_config
+from ragen2.run_dir import read_events
 
 # In a child of its own: the policy is process-wide, and this test process keeps glibc's defaults.
 RESIDENT_AFTER_FREE = """
 import sys
 from ragen2 import heap
 print(heap.keep_freed_memory())
+if sys.argv[1:] == ["return"]:
+    heap.return_freed_memory()
 def resident_mb():
     for line in open("/proc/self/status"):
         if line.startswith("VmRSS:"):
@@ -24,10 +28,10 @@ print(round(resident_mb() - before))
 """
 
 
-def _resident_growth_after_free(env_extra: dict) -> tuple[str, int]:
+def _resident_growth_after_free(env_extra: dict, *args: str) -> tuple[str, int]:
     env = {key: value for key, value in os.environ.items() if key != heap.OPT_OUT_ENV} | env_extra
-    done = subprocess.run([sys.executable, "-c", RESIDENT_AFTER_FREE], capture_output=True, text=True, env=env,
-                          timeout=120)
+    done = subprocess.run([sys.executable, "-c", RESIDENT_AFTER_FREE, *args], capture_output=True, text=True,
+                          env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     line, growth = done.stdout.strip().splitlines()
     return line, int(growth)
@@ -41,6 +45,30 @@ def test_a_freed_block_stays_resident_when_kept_and_goes_back_when_opted_out():
     default_line, default_growth = _resident_growth_after_free({heap.OPT_OUT_ENV: "1"})
     assert heap.OPT_OUT_ENV in default_line
     assert default_growth < 50  # glibc's default: a block this large is unmapped at free
+
+
+@pytest.mark.skipif(heap._glibc() is None, reason="the policy acts on glibc only")
+def test_return_freed_memory_undoes_the_policy():
+    _, growth = _resident_growth_after_free({}, "return")
+    assert growth < 50
+
+
+def test_a_run_with_keep_freed_memory_false_returns_it(tiny_model_dir, tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(heap, "return_freed_memory", lambda: calls.append(1) or "returned")
+    monkeypatch.setattr(heap, "state", lambda: "returned" if calls else "kept")
+    argv = ["train", "--quiet", "--model", str(tiny_model_dir), "--out", str(tmp_path), "--steps", "1",
+            "trainer.run_name=r", "trainer.keep_freed_memory=false", "rollout.num_groups=2", "rollout.group_size=2",
+            "rollout.max_new_tokens=4", "trainer.val_groups=1", "trainer.val_before=false", "probe.every=0"]
+    assert cli.main(argv) == 0
+    assert calls == [1]
+    assert [e["message"] for e in read_events(tmp_path / "r") if e["kind"] == "heap"] == ["returned"]
+
+
+def test_the_long_row_presets_return_freed_memory_and_the_default_keeps_it():
+    assert load_config().trainer.keep_freed_memory
+    for env in ("sokoban", "frozen_lake"):
+        assert not load_config(env=env).trainer.keep_freed_memory
 
 
 def test_without_glibc_nothing_is_set(monkeypatch):

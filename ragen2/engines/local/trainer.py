@@ -231,6 +231,8 @@ def setup(cfg: Config, run_dir: Path, resume: bool = False, quiet: bool = False,
         print(line, file=sys.stderr, flush=True)
 
     apply_threads(cfg, warn)
+    if not cfg.trainer.keep_freed_memory:
+        heap.return_freed_memory()
     segment_note = probe_lib.resolve_run_segment(cfg)  # probe.segment=auto: recorded as resolved
     torch.manual_seed(cfg.trainer.seed)
     choices = []
