@@ -1,6 +1,7 @@
 """The training step as it ran before issue 31's work against today's, each in a process of its own.
 
     python benchmarks/step_before_after.py [--rounds 2] [--repeats 2] [--threads 1] [--warm-up 2]
+                                           [--variants before shared_prefix_glibc_heap today]
     python benchmarks/step_before_after.py --resummarise docs/benchmarks/step_before_after.json
                                            [--out docs/benchmarks/step_before_after.json] [KEY=VALUE ...]
 
@@ -12,7 +13,9 @@ shared machine hits each:
 - `before`: shared prefix off, transformers' sdpa, the probe scoring the whole model, and
   glibc's allocation defaults (freed memory goes back to the kernel);
 - `shared_prefix_glibc_heap`: today's code with glibc's defaults;
-- `today`: today's code as `ragen2` runs it, freed memory kept in the process (ragen2.heap).
+- `today`: today's code as `ragen2` runs it, freed memory kept in the process (ragen2.heap);
+- `today_probe_policy_dtype` (only when `--variants` names it): `today` with `probe.dtype=policy`,
+  the MI probe scoring under the policy's bf16 instead of fp32 (opt-in: not exact).
 
 The allocation policy is process-wide, which is why each variant needs a process of its own. Each
 child rolls out from the same seed, so all see the same batch (checked: `same_batch`), and their
@@ -40,7 +43,10 @@ VARIANTS = {
     "before": ["--sides", "off", "--off-as-before", "--heap", "default"],
     "shared_prefix_glibc_heap": ["--sides", "on", "--heap", "default"],
     "today": ["--sides", "on", "--heap", "kept"],
+    # opt-in, not exact: the MI probe scoring under the policy's bf16 instead of fp32 (probe.dtype)
+    "today_probe_policy_dtype": ["--sides", "on", "--heap", "kept", "probe.dtype=policy"],
 }
+DEFAULT_VARIANTS = ("before", "shared_prefix_glibc_heap", "today")
 PHASES = ("old_log_probs", "update")
 STEP_PHASES = ("rollout", "probe", "update", "step")
 
@@ -100,12 +106,14 @@ def ratios(slow: dict, fast: dict) -> dict:
 def add_summaries(report: dict) -> dict:
     """Each variant's best figures and the ratios, from the children's runs in `report`."""
     best = {variant: summarise(children) for variant, children in report["children"].items()}
-    report.update({
-        "best": best,
-        "ratio_before_over_today": ratios(best["before"], best["today"]),
-        "ratio_shared_prefix_work": ratios(best["before"], best["shared_prefix_glibc_heap"]),
-        "ratio_heap_kept": ratios(best["shared_prefix_glibc_heap"], best["today"]),
-    })
+    report["best"] = best
+    pairs = {"ratio_before_over_today": ("before", "today"),
+             "ratio_shared_prefix_work": ("before", "shared_prefix_glibc_heap"),
+             "ratio_heap_kept": ("shared_prefix_glibc_heap", "today"),
+             "ratio_before_over_today_probe_policy_dtype": ("before", "today_probe_policy_dtype"),
+             "ratio_probe_policy_dtype": ("today", "today_probe_policy_dtype")}
+    report.update({name: ratios(best[slow], best[fast]) for name, (slow, fast) in pairs.items()
+                   if slow in best and fast in best})
     return report
 
 
@@ -117,6 +125,8 @@ def main() -> None:
     parser.add_argument("--warm-up", type=int, default=2,
                         help="untimed updates in each child before the timed phases: a process's first "
                              "two fault in its heap and the optimiser's moments")
+    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(DEFAULT_VARIANTS),
+                        help="which variants to time, in this order in even rounds")
     parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks" / "step_before_after.json"))
     parser.add_argument("overrides", nargs="*", help="config KEY=VALUE overrides, passed to every child")
     parser.add_argument("--resummarise", metavar="JSON",
@@ -127,13 +137,13 @@ def main() -> None:
         emit_report(add_summaries(json.loads(Path(args.resummarise).read_text())), args.resummarise)
         return
     load_start = os.getloadavg()
-    runs: dict[str, list[dict]] = {variant: [] for variant in VARIANTS}
+    runs: dict[str, list[dict]] = {variant: [] for variant in args.variants}
     with tempfile.TemporaryDirectory() as tmp:
         for round_index in range(args.rounds):
-            order = list(VARIANTS) if round_index % 2 == 0 else list(VARIANTS)[::-1]
+            order = list(args.variants) if round_index % 2 == 0 else list(args.variants)[::-1]
             for variant in order:
                 runs[variant].append(run_child(variant, args, Path(tmp) / f"{variant}-{round_index}.json"))
-    first = runs["today"][0]
+    first = runs["today" if "today" in runs else args.variants[0]][0]
     batches = [child["batch"] | {"rollout_s": None} for children in runs.values() for child in children]
     report = {
         "machine": machine_info(with_torch=False) | {key: first["machine"].get(key) for key in
@@ -141,7 +151,7 @@ def main() -> None:
         "load_avg_at_start": [round(x, 2) for x in load_start],
         "config": first["config"], "dtype": first["dtype"], "batch": first["batch"],
         "same_batch": all(b == batches[0] for b in batches),
-        "variants": {variant: VARIANTS[variant] for variant in VARIANTS},
+        "variants": {variant: VARIANTS[variant] for variant in args.variants},
         "warm_up_updates": args.warm_up,
         "targets": {"old_log_probs": 2.5, "update": 2.5, "whole_step_step": 2.0, "whole_step_probe": 2.0},
         "children": runs,

@@ -41,6 +41,7 @@ import torch
 import mi_probe
 from envs.parsing import THINK_OPEN
 from ragen2 import metric_names as names
+from ragen2 import precision
 from ragen2 import seeding
 from ragen2.config import ProbeSection
 
@@ -104,7 +105,8 @@ class Probe:
         prompts, reasonings, owners = self.pairs(batch, step)
         if len(set(owners)) < 2:
             return {names.PROBE_SKIPPED_TOO_FEW_GROUPS: 1.0, "probe/num_pairs": float(len(owners))}
-        scores = mi_probe.cross_score(policy, prompts, reasonings, owners, pad_token_id=self.pad_id)
+        with self.scoring_precision(policy):
+            scores = mi_probe.cross_score(policy, prompts, reasonings, owners, pad_token_id=self.pad_id)
         L, L_sum, owner, column_ids, nonfinite = usable_scores(scores)
         if len(column_ids) < 2:  # every other reasoning was empty or scored NaN
             return {names.PROBE_SKIPPED_TOO_FEW_GROUPS: 1.0, "probe/num_pairs": float(len(owners)),
@@ -115,6 +117,10 @@ class Probe:
         metrics["num_empty_dropped"] = float(scores.num_empty_dropped)
         metrics["num_nonfinite_dropped"] = float(nonfinite)
         return {names.PROBE + key: float(value) for key, value in metrics.items()}
+
+    def scoring_precision(self, policy):
+        """`probe.dtype`: fp32 (no autocast, whatever the step around it runs in) or the policy's."""
+        return precision.autocast(policy) if self.cfg.dtype == "policy" else precision.full_precision(policy)
 
     def pairs(self, batch, step: int):
         """(prompts, reasonings, owners) for cross-scoring, in the configured mode."""

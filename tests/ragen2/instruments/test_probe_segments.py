@@ -74,3 +74,22 @@ def test_reply_segment_on_a_real_rollout_decodes_to_what_the_policy_wrote(tok):
     assert texts == set(SCRIPTED_SOKOBAN_REPLIES.values())
     prompts, replies, _ = probe.pairs(batch, step=0)
     assert all(tok.decode(p).endswith(GEN_PROMPT) for p in prompts)  # the context just before the reply
+
+
+def test_probe_dtype_scores_in_fp32_inside_an_autocast_or_under_the_policys_bf16(tok):
+    """probe.dtype=float32 scores in fp32 even when called inside a bf16 autocast (MI comparable
+    across machines); probe.dtype=policy scores under the policy's own autocast, so its MI differs
+    from fp32's by bf16's error, not by nothing."""
+    from ragen2 import precision
+
+    model = precision.set_compute_dtype(tiny_llama(tok, hidden_size=64), "bfloat16")
+    batch = _format_failure_batch()
+    fp32_probe = Probe(ProbeSection(num_samples=64, segment="reply"), tok)
+    reference = fp32_probe.measure(tiny_llama(tok, hidden_size=64), batch, step=0, update_ema=False)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        inside = fp32_probe.measure(model, batch, step=0, update_ema=False)
+    assert inside == reference
+    policy_probe = Probe(ProbeSection(num_samples=64, segment="reply", dtype="policy"), tok)
+    in_bf16 = policy_probe.measure(model, batch, step=0, update_ema=False)
+    assert in_bf16["probe/mi_estimate"] != reference["probe/mi_estimate"]
+    assert in_bf16["probe/mi_estimate"] == pytest.approx(reference["probe/mi_estimate"], abs=0.05)
