@@ -4,12 +4,20 @@
 # meanwhile cannot reach it, and pytest-randomly from a folder of its own, so the project's venv
 # (and CI's fixed order) stays as it is. Run from the repository root with the venv active:
 #   scripts/shuffled_tests.sh 1 2 3        # one line per run in /tmp/ragen2-shuffled/summary.txt
+#   SUMMARY=docs/benchmarks/shuffled_tests_intel_mkl_path.txt scripts/intel_mkl_path.sh scripts/shuffled_tests.sh 1 2 3
+# Each line names the CPU and the MKL code path the run took (Intel's AVX-512 one under
+# scripts/intel_mkl_path.sh, as on the Intel machines), and is appended to $SUMMARY as well.
 set -u
 root=$(git rev-parse --show-toplevel) || exit 1
 work=/tmp/ragen2-shuffled
 plugin=$work/plugin
 mkdir -p "$work"
 [ -d "$plugin/pytest_randomly" ] || pip install -q --no-deps --target "$plugin" pytest-randomly==5.1.0 || exit 1
+summary=${SUMMARY:-}
+case "${LD_PRELOAD:-}" in
+  *ragen2-intel-mkl*) mkl_path="MKL on its Intel AVX-512 path (scripts/intel_mkl_path.sh)" ;;
+  *) mkl_path="MKL on this CPU's own path" ;;
+esac
 for seed in "$@"; do
   tree=$work/tree-$seed
   git -C "$root" worktree prune
@@ -21,6 +29,6 @@ for seed in "$@"; do
   rc=$?
   echo "seed $seed commit $(git -C "$tree" rev-parse --short HEAD) rc $rc wall $(( $(date +%s) - start )) s" \
        "load $(cut -d' ' -f1-3 /proc/loadavg) cpu $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)" \
-       "| $(tail -n 1 "$work/seed-$seed.log")" | tee -a "$work/summary.txt"
+       "| $mkl_path | $(tail -n 1 "$work/seed-$seed.log")" | tee -a "$work/summary.txt" ${summary:+"$root/$summary"}
   git -C "$root" worktree remove --force "$tree"
 done
