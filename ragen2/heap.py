@@ -85,5 +85,6 @@ def return_freed_memory() -> str:
 
 
 def state() -> str:
-    """What this process's allocator does with freed memory, as the last keep_freed_memory left it."""
+    """What this process's allocator does with freed memory, as the last keep_freed_memory or
+    return_freed_memory call left it."""
     return _state
