@@ -1,7 +1,7 @@
 """One GRPO step of ragen2 against TRL's GRPOTrainer on the same work; prints JSON.
 
     pip install trl==1.16.0        # benchmark-only dependency; ragen2 never imports trl
-    python benchmarks/vs_trl.py [--threads 1] [--repeats 2] [--new-tokens 64] [--env bandit]
+    python benchmarks/vs_trl.py [--threads 1] [--repeats 2] [--new-tokens 64] [--env bandit] [--heap default|kept]
 
 Same work on both sides:
 - model: the bundled SmolLM2-135M-Instruct, fp32, CPU, SDPA attention, loaded by ragen2's
@@ -42,6 +42,7 @@ from pathlib import Path
 import torch
 
 from envs.prompt import first_turn_messages
+from ragen2 import heap
 from ragen2 import metric_names as names
 from ragen2 import models as model_lib
 from ragen2 import seeding
@@ -188,7 +189,13 @@ def main() -> dict:
     parser.add_argument("--repeats", type=int, default=2, help="timed steps per side after one warm-up each")
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--env", default="bandit", help="a single-turn env")
+    parser.add_argument("--heap", choices=("default", "kept"), default="default",
+                        help="glibc's allocation defaults (as the figures before 2026-12-04 ran), or freed memory "
+                             "kept in the process as the ragen2 command does (ragen2.heap); process-wide, so "
+                             "both sides get the same; the JSON's machine.heap says which")
     args = parser.parse_args()
+    if args.heap == "kept":
+        heap.keep_freed_memory()
     if args.threads:
         torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore")
