@@ -261,7 +261,7 @@ def test_training_logs_the_decomposition_and_zero_spread_gives_zero_task_gradien
                  "--out", str(tmp_path), "--steps", "1", "trainer.run_name=r", "rollout.num_groups=3",
                  "rollout.group_size=2", "rollout.max_new_tokens=8", "trainer.val_groups=1",
                  "optim.micro_batch_size=2", "probe.every=0", "probe.grad_every=1", "probe.grad_buckets=2",
-                 "probe.grad_prefilter=true"])
+                 "probe.grad_prefilter=true", "model.dtype=float32"])  # not auto: the same test on every CPU
     assert code == 0
     [row] = read_metrics(tmp_path / "r")
     # A random tiny model never writes the format: every reward is the same penalty, every group's
@@ -269,8 +269,12 @@ def test_training_logs_the_decomposition_and_zero_spread_gives_zero_task_gradien
     assert row["grad/num_buckets"] == 2.0 and row["grad/all/num_groups"] == 3.0
     assert row["grad/all/reward_std_mean"] == 0.0 and row["grad/all/task_norm"] == 0.0
     assert row["grad/all/entropy_norm"] > 0
-    # grpo's preset has a k3 KL term; at step 0 the policy is the reference, where k3's gradient vanishes
-    assert row["grad/all/kl_norm"] == 0.0
+    # grpo's preset has a k3 KL term; at step 0 the policy is the reference, where k3's gradient
+    # vanishes. To rounding, not exactly: the reference pass packs rows into micro-batches by shared
+    # prefix over the whole batch and the decomposition by bucket, and fp32 matmuls of other shapes
+    # round differently (1.1e-6 here, against an entropy norm near 1; a reference that differed
+    # from the policy would give a norm of the entropy's order).
+    assert row["grad/all/kl_norm"] <= 1e-4 * row["grad/all/entropy_norm"]
     assert row["grad/time_s"] > 0 and "actor/pg_loss" in row
     # the filter is none, so the pre-filter pass sees the same batch and finds the same gradients
     assert row["grad_prefilter/all/num_groups"] == 3.0
