@@ -6,7 +6,7 @@ with mmap and unmaps them at free, and trims the heap's free top, so every step 
 for those pages again and the kernel zeroes each one at its first touch. In a virtual machine
 whose host takes back freed guest memory (virtio-balloon free page reporting), that first touch
 also costs a fault on the host. On this project's CPU machine the default-shape update spent
-about half its time in those faults (docs/benchmarks.md, "Freed memory kept in the process").
+about half its time in those faults (docs/step_speed.md, "Freed memory kept in the process").
 
 `keep_freed_memory` asks glibc to serve every block from its heap (M_MMAP_MAX = 0) and to trim
 the heap's top only past 2 GiB free (M_TRIM_THRESHOLD): freed blocks are reused by the next
