@@ -7,7 +7,7 @@ import math
 import pytest
 from pathlib import Path
 
-from ragen2.bench.report import build_report, mean_std, percent
+from ragen2.bench.report import build_report, mean_std, percent, replace_block
 from ragen2.cli import main
 
 # final validation success of seed 0; seed 1 adds 0.1
@@ -215,3 +215,10 @@ def test_the_plot_legend_sits_below_the_panels_not_over_the_curves(bench, monkey
         labels = [text.get_text() for text in legend.get_texts()]
         assert labels and len(labels) == len(set(labels))  # each line once, for all panels
         assert legend.get_window_extent().y1 <= min(a.get_window_extent().y0 for a in figure.axes if a.lines) + 1
+
+
+def test_replace_block_rewrites_only_between_its_markers():
+    text = "intro\nB\nold figures\nE\nafter, kept\n"
+    assert replace_block(text, "  new figures\n", "B", "E") == "intro\nB\nnew figures\nE\nafter, kept\n"
+    assert replace_block("no markers here\n", "new", "B", "E") is None
+    assert replace_block("B but no end\n", "new", "B", "E") is None
