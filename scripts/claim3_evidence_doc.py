@@ -49,12 +49,16 @@ for cell in sorted((root / "docs/experiments/grad-vs-spread/runs").glob("*/bench
     seed = int(cell.parent.name.rsplit("--s", 1)[1])
     if seed in analysed:
         cpu_of_seed[seed] = json.loads(cell.read_text())["cpu"].strip()
-intel = sorted(s for s, cpu in cpu_of_seed.items() if "Intel" in cpu)
-amd = sorted(s for s, cpu in cpu_of_seed.items() if "AMD" in cpu)
+seeds_on_cpu = {}
+for seed, cpu in sorted(cpu_of_seed.items()):
+    seeds_on_cpu.setdefault(cpu, []).append(seed)
 now = sys.argv[1] if len(sys.argv) > 1 else datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d (%H:%M UTC)")
 seeds_text = f"seeds 0-{n-1}" if len(seeds_dr) == len(seeds_gr) else f"seeds 0-{len(seeds_dr)-1} of Dr.GRPO and 0-{len(seeds_gr)-1} of GRPO"
-cpu_text = (f"Seeds {amd[0]}-{amd[-1]} ran on an AMD EPYC and seeds {intel[0]}-{intel[-1]} on an Intel Xeon, "
-            "all in fp32 (`model.dtype=float32` in the suite), so the machines differ only in rounding") if intel else ""
+cpu_text = ""
+if len(seeds_on_cpu) > 1:  # seed ranges per CPU, in the order the machines took over
+    ran = ", ".join(f"seeds {seeds[0]}-{seeds[-1]} on the {cpu.removesuffix(' Processor').replace('(R)', '')}"
+                    for cpu, seeds in sorted(seeds_on_cpu.items(), key=lambda item: item[1][0]))
+    cpu_text = f"Machines: {ran}; all in fp32 (`model.dtype=float32` in the suite), so they differ only in rounding"
 w_dr, w_gr = width(dr["task_norm"]), width(gr["task_norm"])
 if cells >= total:
     state = (f"Finished on {now}: both widths went under 0.6 at seeds 0-{n-1}, so the suite stopped there "
