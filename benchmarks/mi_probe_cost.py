@@ -23,9 +23,12 @@ the same machine state:
    estimates, alternating `--repeats` times;
 6. the scoring path: today's (the decoder, then the head only on positions that predict a scored
    token; key/value heads kept grouped under a mask, ragen2.attention) vs the model run whole
-   (the head on every prompt and pad position) with transformers' sdpa, alternating.
+   (the head on every prompt and pad position) with transformers' sdpa, alternating;
+7. rows packed (several rows in one row of a micro-batch, each under its own mask: the default)
+   vs right-padded to their micro-batch's longest, alternating: time, the largest |L difference|,
+   and the reasoning positions each feeds per prompt.
 
-`--comparisons` picks which of 4-6 run (all by default).
+`--comparisons` picks which of 4-7 run (all by default).
 """
 
 from __future__ import annotations
@@ -66,7 +69,7 @@ def alternate(sides: dict, repeats: int) -> tuple[dict, dict]:
     return runs, last
 
 
-COMPARISONS = ("system_prefix", "scoring_dtype", "scoring_path")
+COMPARISONS = ("system_prefix", "scoring_dtype", "scoring_path", "packing")
 
 
 def main() -> int:
@@ -163,6 +166,17 @@ def main() -> int:
             if "scoring_path" in args.comparisons:  # 6. today's path vs the model run whole, sdpa
                 result["scoring_path"] = compare_scoring_paths(policy, score, lambda: score(split_head=False),
                                                                args.repeats)
+            if "packing" in args.comparisons:  # 7. rows packed (default) vs right-padded
+                runs, scores = alternate({"padded": lambda: score(pack=False), "packed": score}, args.repeats)
+                fed = [len(z) - 1 for z in reasonings]
+                micro = 16  # cross_score's default micro-batch, as the probe calls it
+                padded_positions = sum(max(fed[i] for i in chunk) * len(chunk) for chunk in (
+                    sorted(range(len(fed)), key=lambda i: -fed[i])[s:s + micro] for s in range(0, len(fed), micro)))
+                result["packing"] = {
+                    "runs_s": runs,
+                    "speedup_best": round(min(runs["padded"]) / min(runs["packed"]), 3),
+                    "max_abs_diff_L": float((scores["padded"].L - scores["packed"].L).abs().max()),
+                    "fed_positions_per_prompt": {"padded": padded_positions, "packed": sum(fed)}}
             if not args.skip_naive:
                 naive, naive_s = timed(mi_probe.cross_score_naive, policy, prompts, reasonings, owners)
                 result.update(cross_score_naive_s=naive_s, batched_speedup=naive_s / fast_s,

@@ -10,8 +10,12 @@ policy is teacher-forced on every pair [x_j | z_i]:
 ``cross_score`` encodes the prefix all prompts share (the system text) once, runs
 each distinct prompt's own tokens on a copy of that cache, keeps the prompt's KV cache, and scores
 the reasoning rows under it in micro-batches on a copy of that cache expanded
-along the batch (right-padded, masked). Rows are sorted by length first so a
-micro-batch pads little. Columns with identical prompt tokens are computed once.
+along the batch. Rows are packed: several rows share one row of the batch, one after another,
+each attending to the prompt and to its own earlier tokens only (a mask), with its real
+positions, so a short row costs its own tokens and not a long row's padding. Where the model's
+attention takes no such mask (eager attention, a sliding window, a model that cannot be split),
+rows are right-padded instead, sorted by length first so a micro-batch pads little. Columns
+with identical prompt tokens are computed once.
 ``cross_score_naive`` does one full forward per pair and is the reference.
 
 The model is any HF-style causal LM: ``model(input_ids=..., attention_mask=...,
@@ -188,11 +192,13 @@ def cross_score(
     pad_token_id: int = 0,
     share_system_prefix: bool = True,
     split_head: bool = True,
+    pack: bool = True,
 ) -> CrossScores:
     """Score every reasoning under every prompt, reusing each prompt's KV cache.
 
     `share_system_prefix=False` encodes each prompt whole, `split_head=False` runs the model whole
-    (its head on every position): the same scores, for measuring.
+    (its head on every position), `pack=False` pads each row to its micro-batch's longest: the
+    same scores, for measuring.
     """
     if isinstance(micro_batch_size, bool) or not isinstance(micro_batch_size, int) or micro_batch_size < 1:
         raise ValueError(f"micro_batch_size must be an int >= 1, got {micro_batch_size!r}")
@@ -209,13 +215,16 @@ def cross_score(
     device = _model_device(model)
     # Longest first, so each micro-batch holds similar lengths and pads little.
     order = sorted(range(rows), key=lambda i: -len(pairs.reasonings[i]))
-    batches = [order[s:s + micro_batch_size] for s in range(0, rows, micro_batch_size)]
     identity = prompt_identities(pairs.prompts)
     columns_of: dict[int, list[int]] = {}
     for col, ident in enumerate(identity):
         columns_of.setdefault(ident, []).append(col)
 
     scorer = _Scorer(model, split_head)
+    if pack and scorer.split and _takes_boolean_masks(model):
+        batches = _packed_micro_batches(order, [len(z) - 1 for z in pairs.reasonings], micro_batch_size)
+    else:  # one row per pack: the padded layout
+        batches = [[[i] for i in order[s:s + micro_batch_size]] for s in range(0, rows, micro_batch_size)]
     distinct = [pairs.prompts[cols_same[0]] for cols_same in columns_of.values()]
     shared = _shared_prefix_length(distinct) if share_system_prefix else 0
     with _scoring_mode(model):
@@ -232,9 +241,14 @@ def cross_score(
                                                    copy.deepcopy(shared_cache))
             # The prompt's last logits predict the first reasoning token of every row.
             first_logp = torch.log_softmax(scorer.logits(last[0, -1:]).float(), dim=-1)[0]
-            for batch_rows in batches:
-                sums = _score_micro_batch(scorer, prompt_cache, first_logp, prompt.shape[1],
-                                          [pairs.reasonings[i] for i in batch_rows], pad_token_id, device)
+            for packs in batches:
+                batch_rows = [i for pack in packs for i in pack]
+                if all(len(pack) == 1 for pack in packs):
+                    sums = _score_micro_batch(scorer, prompt_cache, first_logp, prompt.shape[1],
+                                              [pairs.reasonings[i] for i in batch_rows], pad_token_id, device)
+                else:
+                    sums = _score_packs(scorer, prompt_cache, first_logp, prompt.shape[1],
+                                        [[pairs.reasonings[i] for i in pack] for pack in packs], pad_token_id, device)
                 index = torch.tensor(batch_rows, dtype=torch.long)
                 for col in cols_same:
                     L_sum[index, col] = sums.cpu()
@@ -268,9 +282,12 @@ class _Scorer:
         self.model, self.body, self.head = model, body, head
         self.cache_kwarg = _cache_kwarg(body if self.split else model)
 
-    def encode(self, ids: torch.Tensor, attention: torch.Tensor, cache: Any = None) -> tuple[torch.Tensor, Any]:
+    def encode(self, ids: torch.Tensor, attention: torch.Tensor, cache: Any = None,
+               positions: torch.Tensor | None = None) -> tuple[torch.Tensor, Any]:
         """(what `logits` takes for each position: hidden states, or logits if not split; the cache)."""
         kwargs = {} if cache is None else {self.cache_kwarg: cache}
+        if positions is not None:
+            kwargs["position_ids"] = positions
         if self.split:
             out = self.body(input_ids=ids, attention_mask=attention, use_cache=True, **kwargs)
             return out.last_hidden_state, _returned_cache(out)
@@ -316,6 +333,100 @@ def _score_micro_batch(
         predicts = mask[:, 1:]  # only real tokens are scored; a pad's state is never projected
         token_logp[:, 1:][predicts] = scorer.log_probs(states[predicts], targets[:, 1:][predicts])
     return token_logp.sum(dim=1)  # a pad's entry stays 0
+
+
+# Fed tokens per packed row, unless the longest row is longer: packed rows attend to one another
+# under the mask, and torch's CPU attention computes masked pairs too, so a longer pack would spend
+# on attention what it saves on padding.
+PACK_TOKENS = 512
+
+
+def _takes_boolean_masks(model: Any) -> bool:
+    """Whether the model's attention reads an explicit [batch, 1, queries, keys] boolean mask as
+    transformers' sdpa does (eager attention adds its masks: a boolean one would be read wrong),
+    over full attention (a sliding window would be bypassed by an explicit mask)."""
+    try:
+        from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+    except ImportError:
+        return False
+    config = getattr(model, "config", None)
+    windowed = (getattr(config, "sliding_window", None) is not None and getattr(config, "use_sliding_window", True)
+                ) or "sliding_attention" in (getattr(config, "layer_types", None) or ())
+    implementation = getattr(config, "_attn_implementation", None)
+    return not windowed and implementation is not None and ALL_MASK_ATTENTION_FUNCTIONS.get(implementation) is sdpa_mask
+
+
+def _packed_micro_batches(order: list[int], fed: list[int], micro_batch_size: int) -> list[list[list[int]]]:
+    """Rows (`order`, longest first; `fed[i]`: tokens row i feeds) packed first-fit into packs of
+    at most PACK_TOKENS fed tokens (or the longest row's), then packs into micro-batches holding no
+    more positions than a padded micro-batch of `micro_batch_size` rows of the longest row."""
+    longest = max(max(fed[i] for i in order), 1)
+    budget = micro_batch_size * longest
+    cap = max(longest, min(PACK_TOKENS, budget))
+    packs: list[list[int]] = []
+    room: list[int] = []
+    for i in order:
+        target = next((p for p, left in enumerate(room) if left >= fed[i]), None)
+        if target is None:
+            packs.append([])
+            room.append(cap)
+            target = len(packs) - 1
+        packs[target].append(i)
+        room[target] -= fed[i]
+    batches: list[list[list[int]]] = []
+    width = 0
+    for pack in packs:  # fullest first (first-fit fills the earliest packs most)
+        pack_width = max(sum(fed[i] for i in pack), 1)
+        if batches and (len(batches[-1]) + 1) * max(width, pack_width) <= budget:
+            batches[-1].append(pack)
+            width = max(width, pack_width)
+        else:
+            batches.append([pack])
+            width = pack_width
+    return batches
+
+
+def _score_packs(
+    scorer: _Scorer,
+    prompt_cache: Any,
+    first_logp: torch.Tensor,
+    prompt_len: int,
+    packs: list[list[list[int]]],
+    pad_token_id: int,
+    device: torch.device,
+) -> torch.Tensor:
+    """Summed log-prob of each row after the cached prompt, the rows of a pack sharing one row of
+    the batch: [rows, in pack order] float32."""
+    rows = [z for pack in packs for z in pack]
+    _check_vocab(torch.tensor([t for z in rows for t in z], dtype=torch.long), first_logp.shape[-1])
+    sums = first_logp[torch.tensor([z[0] for z in rows], dtype=torch.long, device=device)].clone()
+    width = max(sum(len(z) - 1 for z in pack) for pack in packs)
+    if width == 0:  # every row is one token: scored from the prompt's last logits alone
+        return sums
+    ids = torch.full((len(packs), width), pad_token_id, dtype=torch.long)
+    targets = torch.full((len(packs), width), pad_token_id, dtype=torch.long)
+    offset = torch.zeros(len(packs), width, dtype=torch.long)  # a fed token's place in its own row
+    segment = torch.full((len(packs), width), -1, dtype=torch.long)  # its row (in `rows`); -1: pad
+    row = 0
+    for p, pack in enumerate(packs):
+        start = 0
+        for z in pack:
+            end = start + len(z) - 1  # feed all but the last token: position t predicts token t + 1
+            ids[p, start:end] = torch.tensor(z[:-1], dtype=torch.long)
+            targets[p, start:end] = torch.tensor(z[1:], dtype=torch.long)
+            offset[p, start:end] = torch.arange(end - start)
+            segment[p, start:end] = row
+            start, row = end, row + 1
+    real = segment >= 0
+    # A row's token sees the whole prompt and its own row's earlier tokens; a pad sees the prompt
+    # alone (a finite state, never projected).
+    own = (segment[:, :, None] == segment[:, None, :]) & (offset[:, :, None] >= offset[:, None, :]) & real[:, None, :]
+    mask = torch.cat([torch.ones(len(packs), width, prompt_len, dtype=torch.bool), own], dim=2).unsqueeze(1)
+    states, _ = scorer.encode(ids.to(device), mask.to(device), _expand_cache(prompt_cache, len(packs)),
+                              positions=(prompt_len + offset).to(device))
+    real = real.to(device)
+    token_logp = scorer.log_probs(states[real], targets.to(device)[real])
+    return sums.index_add(0, segment.to(device)[real], token_logp)
 
 
 def cross_score_naive(model: Any, prompts: Sequence[Any], reasonings: Sequence[Any],

@@ -61,12 +61,14 @@ def test_prompts_sharing_a_system_prefix_score_as_the_naive_loop(model, tails):
     owners = [0, 1, 2, 3, 4, 0]
     calls = []  # the decoder runs the prompts (the head, only the positions scored)
     hook = model.get_decoder().register_forward_pre_hook(
-        lambda _, args, kwargs: calls.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True)
+        lambda _, args, kwargs: calls.append((*kwargs["input_ids"].shape, kwargs["attention_mask"].dim())),
+        with_kwargs=True)
     try:
         fast = cross_score(model, prompts, reasonings, owners, micro_batch_size=8)
     finally:
         hook.remove()
-    prompt_forwards = [width for rows, width in calls if rows == 1]  # the 6 reasonings go in one batch
+    # The reasonings run packed, under a [rows, 1, queries, keys] mask; a prompt under a plain one.
+    prompt_forwards = [width for rows, width, mask_dims in calls if rows == 1 and mask_dims == 2]
     assert prompt_forwards == [12, *tails]  # the shared system prefix once, then each prompt's own tokens
     slow = cross_score_naive(model, prompts, reasonings, owners)
     torch.testing.assert_close(fast.L, slow.L, atol=1e-5, rtol=0)
@@ -328,3 +330,72 @@ def test_non_finite_scores_drop_their_rows_and_columns_not_the_run(model, monkey
     monkeypatch.setattr(mi_probe, "cross_score", lambda *a, **k: _scores([[nan, -1.0], [-1.0, nan]], [0, 1]))
     assert probe.measure(model, _first_turn_batch(), step=1) == {
         "probe/skipped_too_few_groups": 1.0, "probe/num_pairs": 3.0, "probe/num_nonfinite_dropped": 2.0}
+
+
+def _reasoning_forwards(model, run):
+    """(rows, width, mask dims) of each decoder forward that feeds reasoning tokens (position ids given)."""
+    calls = []
+    hook = model.get_decoder().register_forward_pre_hook(
+        lambda _, args, kwargs: calls.append((*kwargs["input_ids"].shape, kwargs["attention_mask"].dim(),
+                                              kwargs.get("position_ids") is not None)), with_kwargs=True)
+    try:
+        result = run()
+    finally:
+        hook.remove()
+    return result, calls
+
+
+@pytest.mark.parametrize("pack_tokens,micro_batch_size", [(512, 16), (10, 16), (10, 2), (3, 1)])
+def test_packed_rows_score_as_padded_rows_and_the_naive_loop(model, monkeypatch, pack_tokens, micro_batch_size):
+    # Lengths from 1 (no token fed: scored from the prompt's last logits) to longer than a pack.
+    import mi_probe.cross_scoring as cross_scoring
+
+    monkeypatch.setattr(cross_scoring, "PACK_TOKENS", pack_tokens)
+    g = torch.Generator().manual_seed(3)
+    prompts = _tokens(g, (5, 8, 2))
+    reasonings = _tokens(g, (1, 14, 2, 3, 1, 6, 2, 9, 4))
+    owners = [0, 1, 2, 0, 1, 2, 0, 1, 2]
+    packed, calls = _reasoning_forwards(model, lambda: cross_score(model, prompts, reasonings, owners,
+                                                                  micro_batch_size=micro_batch_size))
+    padded = cross_score(model, prompts, reasonings, owners, micro_batch_size=micro_batch_size, pack=False)
+    slow = cross_score_naive(model, prompts, reasonings, owners)
+    torch.testing.assert_close(packed.L, padded.L, atol=1e-5, rtol=0)
+    torch.testing.assert_close(packed.L, slow.L, atol=1e-5, rtol=0)
+    fed = [len(z) - 1 for z in reasonings]
+    fed_forwards = [(rows, width) for rows, width, _, positioned in calls if positioned]
+    # Every fed token once per prompt, and no forward holds more positions than a padded micro-batch.
+    assert all(rows * width <= micro_batch_size * max(fed) for rows, width in fed_forwards)
+    if pack_tokens >= sum(fed):  # all rows fit one pack: one forward per prompt, no padding at all
+        assert fed_forwards == [(1, sum(fed))] * len(prompts)
+
+
+def test_models_whose_attention_adds_its_mask_are_padded_not_packed():
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2)
+    config._attn_implementation = "eager"  # adds a float mask: a boolean one would be read as 0/1
+    eager = transformers.LlamaForCausalLM(config).eval().float()
+    g = torch.Generator().manual_seed(4)
+    prompts, reasonings, owners = _tokens(g, (5, 8)), _tokens(g, (3, 7, 2, 5)), [0, 1, 0, 1]
+    scores, calls = _reasoning_forwards(eager, lambda: cross_score(eager, prompts, reasonings, owners))
+    assert all(mask_dims == 2 for _, _, mask_dims, _ in calls)
+    torch.testing.assert_close(scores.L, cross_score_naive(eager, prompts, reasonings, owners).L, atol=1e-5, rtol=0)
+
+
+def test_packing_on_a_qwen2_model_and_windowed_attention_falls_back():
+    import mi_probe.cross_scoring as cross_scoring
+
+    torch.manual_seed(0)
+    config = transformers.Qwen2Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2)
+    qwen = transformers.Qwen2ForCausalLM(config).eval().float()
+    g = torch.Generator().manual_seed(9)
+    prompts, reasonings, owners = _tokens(g, (6, 4, 7)), _tokens(g, (5, 1, 8, 3, 2)), [0, 1, 2, 0, 1]
+    assert cross_scoring._takes_boolean_masks(qwen)
+    scores, calls = _reasoning_forwards(qwen, lambda: cross_score(qwen, prompts, reasonings, owners))
+    assert any(mask_dims == 4 for _, _, mask_dims, _ in calls)
+    torch.testing.assert_close(scores.L, cross_score_naive(qwen, prompts, reasonings, owners).L, atol=1e-5, rtol=0)
+    windowed = transformers.Qwen2Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=2, use_sliding_window=True,
+                                        sliding_window=4, max_window_layers=0)
+    assert not cross_scoring._takes_boolean_masks(transformers.Qwen2ForCausalLM(windowed))
