@@ -221,7 +221,8 @@ def cross_score(
         columns_of.setdefault(ident, []).append(col)
 
     scorer = _Scorer(model, split_head)
-    if pack and scorer.split and _takes_boolean_masks(model):
+    pack = pack and scorer.split and _takes_boolean_masks(model)
+    if pack:
         batches = _packed_micro_batches(order, [len(z) - 1 for z in pairs.reasonings], micro_batch_size)
     else:  # one row per pack: the padded layout
         batches = [[[i] for i in order[s:s + micro_batch_size]] for s in range(0, rows, micro_batch_size)]
@@ -243,12 +244,12 @@ def cross_score(
             first_logp = torch.log_softmax(scorer.logits(last[0, -1:]).float(), dim=-1)[0]
             for packs in batches:
                 batch_rows = [i for pack in packs for i in pack]
-                if all(len(pack) == 1 for pack in packs):
-                    sums = _score_micro_batch(scorer, prompt_cache, first_logp, prompt.shape[1],
-                                              [pairs.reasonings[i] for i in batch_rows], pad_token_id, device)
-                else:
+                if pack:
                     sums = _score_packs(scorer, prompt_cache, first_logp, prompt.shape[1],
                                         [[pairs.reasonings[i] for i in pack] for pack in packs], pad_token_id, device)
+                else:
+                    sums = _score_micro_batch(scorer, prompt_cache, first_logp, prompt.shape[1],
+                                              [pairs.reasonings[i] for i in batch_rows], pad_token_id, device)
                 index = torch.tensor(batch_rows, dtype=torch.long)
                 for col in cols_same:
                     L_sum[index, col] = sums.cpu()
@@ -335,12 +336,6 @@ def _score_micro_batch(
     return token_logp.sum(dim=1)  # a pad's entry stays 0
 
 
-# Fed tokens per packed row, unless the longest row is longer: packed rows attend to one another
-# under the mask, and torch's CPU attention computes masked pairs too, so a longer pack would spend
-# on attention what it saves on padding.
-PACK_TOKENS = 512
-
-
 def _takes_boolean_masks(model: Any) -> bool:
     """Whether the model's attention reads an explicit [batch, 1, queries, keys] boolean mask as
     transformers' sdpa does (eager attention adds its masks: a boolean one would be read wrong),
@@ -357,33 +352,23 @@ def _takes_boolean_masks(model: Any) -> bool:
 
 
 def _packed_micro_batches(order: list[int], fed: list[int], micro_batch_size: int) -> list[list[list[int]]]:
-    """Rows (`order`, longest first; `fed[i]`: tokens row i feeds) packed first-fit into packs of
-    at most PACK_TOKENS fed tokens (or the longest row's), then packs into micro-batches holding no
-    more positions than a padded micro-batch of `micro_batch_size` rows of the longest row."""
-    longest = max(max(fed[i] for i in order), 1)
-    budget = micro_batch_size * longest
-    cap = max(longest, min(PACK_TOKENS, budget))
+    """Rows (`order`, longest first; `fed[i]`: tokens row i feeds) packed first-fit into packs no
+    wider than the longest row, `micro_batch_size` packs per micro-batch. A pack is as wide as a
+    padded row would be, so each token attends to as many keys as padded (torch's CPU attention
+    computes masked pairs too: wider packs cost more attention than the padding they save) and a
+    micro-batch holds no more positions than a padded one."""
+    width = max(max(fed[i] for i in order), 1)
     packs: list[list[int]] = []
     room: list[int] = []
     for i in order:
         target = next((p for p, left in enumerate(room) if left >= fed[i]), None)
         if target is None:
             packs.append([])
-            room.append(cap)
+            room.append(width)
             target = len(packs) - 1
         packs[target].append(i)
         room[target] -= fed[i]
-    batches: list[list[list[int]]] = []
-    width = 0
-    for pack in packs:  # fullest first (first-fit fills the earliest packs most)
-        pack_width = max(sum(fed[i] for i in pack), 1)
-        if batches and (len(batches[-1]) + 1) * max(width, pack_width) <= budget:
-            batches[-1].append(pack)
-            width = max(width, pack_width)
-        else:
-            batches.append([pack])
-            width = pack_width
-    return batches
+    return [packs[s:s + micro_batch_size] for s in range(0, len(packs), micro_batch_size)]
 
 
 def _score_packs(

@@ -345,12 +345,10 @@ def _reasoning_forwards(model, run):
     return result, calls
 
 
-@pytest.mark.parametrize("pack_tokens,micro_batch_size", [(512, 16), (10, 16), (10, 2), (3, 1)])
-def test_packed_rows_score_as_padded_rows_and_the_naive_loop(model, monkeypatch, pack_tokens, micro_batch_size):
-    # Lengths from 1 (no token fed: scored from the prompt's last logits) to longer than a pack.
-    import mi_probe.cross_scoring as cross_scoring
-
-    monkeypatch.setattr(cross_scoring, "PACK_TOKENS", pack_tokens)
+@pytest.mark.parametrize("micro_batch_size", [1, 2, 16])
+def test_packed_rows_score_as_padded_rows_and_the_naive_loop(model, micro_batch_size):
+    # Lengths from 1 (no token fed: scored from the prompt's last logits) up; the short rows fit
+    # together in the room of the longest.
     g = torch.Generator().manual_seed(3)
     prompts = _tokens(g, (5, 8, 2))
     reasonings = _tokens(g, (1, 14, 2, 3, 1, 6, 2, 9, 4))
@@ -361,12 +359,14 @@ def test_packed_rows_score_as_padded_rows_and_the_naive_loop(model, monkeypatch,
     slow = cross_score_naive(model, prompts, reasonings, owners)
     torch.testing.assert_close(packed.L, padded.L, atol=1e-5, rtol=0)
     torch.testing.assert_close(packed.L, slow.L, atol=1e-5, rtol=0)
-    fed = [len(z) - 1 for z in reasonings]
     fed_forwards = [(rows, width) for rows, width, _, positioned in calls if positioned]
-    # Every fed token once per prompt, and no forward holds more positions than a padded micro-batch.
-    assert all(rows * width <= micro_batch_size * max(fed) for rows, width in fed_forwards)
-    if pack_tokens >= sum(fed):  # all rows fit one pack: one forward per prompt, no padding at all
-        assert fed_forwards == [(1, sum(fed))] * len(prompts)
+    # Per prompt: packs no wider than the longest row (13 fed tokens), micro_batch_size of them a
+    # forward; the 33 fed tokens fit 3 packs (13 | 8 5 | 3 2 1 1 and the two 1-token rows), where
+    # padding would run 9 rows of 13.
+    assert all(width <= 13 and rows <= micro_batch_size for rows, width in fed_forwards)
+    assert sum(rows for rows, _ in fed_forwards) == 3 * len(prompts)
+    if micro_batch_size >= 3:
+        assert fed_forwards == [(3, 13)] * len(prompts)
 
 
 def test_models_whose_attention_adds_its_mask_are_padded_not_packed():
