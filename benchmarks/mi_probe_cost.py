@@ -169,14 +169,19 @@ def main() -> int:
             if "packing" in args.comparisons:  # 7. rows packed (default) vs right-padded
                 runs, scores = alternate({"padded": lambda: score(pack=False), "packed": score}, args.repeats)
                 fed = [len(z) - 1 for z in reasonings]
+                order = sorted(range(len(fed)), key=lambda i: -fed[i])
                 micro = 16  # cross_score's default micro-batch, as the probe calls it
-                padded_positions = sum(max(fed[i] for i in chunk) * len(chunk) for chunk in (
-                    sorted(range(len(fed)), key=lambda i: -fed[i])[s:s + micro] for s in range(0, len(fed), micro)))
+                padded_positions = sum(max(fed[i] for i in order[s:s + micro]) * len(order[s:s + micro])
+                                       for s in range(0, len(fed), micro))
+                packed_positions = sum(len(packs) * max(sum(fed[i] for i in pack) for pack in packs)
+                                       for packs in mi_probe.cross_scoring._packed_micro_batches(order, fed, micro))
                 result["packing"] = {
                     "runs_s": runs,
                     "speedup_best": round(min(runs["padded"]) / min(runs["packed"]), 3),
                     "max_abs_diff_L": float((scores["padded"].L - scores["packed"].L).abs().max()),
-                    "fed_positions_per_prompt": {"padded": padded_positions, "packed": sum(fed)}}
+                    # decoder positions each prompt's rows take (pads included), and their real tokens
+                    "fed_positions_per_prompt": {"padded": padded_positions, "packed": packed_positions,
+                                                 "real_tokens": sum(fed)}}
             if not args.skip_naive:
                 naive, naive_s = timed(mi_probe.cross_score_naive, policy, prompts, reasonings, owners)
                 result.update(cross_score_naive_s=naive_s, batched_speedup=naive_s / fast_s,
