@@ -10,8 +10,8 @@ the log-prob of every action token. So:
    spans per turn);
 2. `Probe.pairs` picks the pairs, exactly as in the local engine (both modes, same RNG);
 3. `cross_score_with_forward` builds every [prompt_j | reasoning_i] sequence, marks the
-   reasoning tokens as actions, and calls the forward in micro-batches; L_sum[i, j] is the sum
-   of the returned log-probs and L[i, j] their mean;
+   reasoning tokens as actions, and calls the forward in micro-batches of pairs of similar
+   length; L_sum[i, j] is the sum of the returned log-probs and L[i, j] their mean;
 4. `mi_probe.mi_metrics_both` and the probe's EMA give the same `probe/...` metrics.
 """
 
@@ -102,7 +102,10 @@ def cross_score_with_forward(forward: Forward, prompts: list[list[int]], reasoni
         raise ValueError("cross-scoring needs at least one prompt and one reasoning")
     if any(len(p) == 0 for p in prompts) or any(len(z) == 0 for z in reasonings):
         raise ValueError("prompts and reasonings must be non-empty token lists")
-    pairs = [(i, j) for i in range(len(reasonings)) for j in range(len(prompts))]
+    # Longest first, so a micro-batch's pairs have similar lengths and pad little (each micro-batch
+    # is padded to its longest pair).
+    pairs = sorted(((i, j) for i in range(len(reasonings)) for j in range(len(prompts))),
+                   key=lambda pair: -(len(prompts[pair[1]]) + len(reasonings[pair[0]])))
     L_sum = torch.zeros(len(reasonings), len(prompts), dtype=torch.float32)
     seq_list, att_list, act_list, index_list = [], [], [], []
     for start in range(0, len(pairs), micro_batch_size):

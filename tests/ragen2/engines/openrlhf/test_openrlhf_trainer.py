@@ -236,10 +236,19 @@ def test_cross_scoring_through_openrlhfs_actor_forward_matches_the_reference(act
     g = torch.Generator().manual_seed(0)
     prompts = [torch.randint(5, 300, (n,), generator=g).tolist() for n in (7, 11, 4)]
     reasonings = [torch.randint(5, 300, (n,), generator=g).tolist() for n in (5, 1, 9, 3)]
-    L, L_sum = cross_score_with_forward(actor_forward(actor), prompts, reasonings, pad_id=tok.pad_token_id,
+    widths = []
+
+    def recording_forward(sequences, action_masks, attention_masks):
+        widths.extend(tuple(s.shape) for s in sequences)
+        return actor_forward(actor)(sequences, action_masks, attention_masks)
+
+    L, L_sum = cross_score_with_forward(recording_forward, prompts, reasonings, pad_id=tok.pad_token_id,
                                         micro_batch_size=5)
     reference = mi_probe.cross_score_naive(model, prompts, reasonings, [0, 1, 2, 0])
     assert torch.allclose(L, reference.L, atol=1e-5) and torch.allclose(L_sum, reference.L_sum, atol=1e-5)
+    # The 12 pairs go longest first into micro-batches of 5, each padded to its own longest pair.
+    totals = sorted((len(p) + len(z) for p in prompts for z in reasonings), reverse=True)
+    assert widths == [(len(totals[s:s + 5]), totals[s]) for s in range(0, len(totals), 5)]
 
 
 def test_probe_metrics_from_agent_episodes_match_the_local_probe(actor_and_model, monkeypatch):
