@@ -215,24 +215,34 @@ def update_inputs(models: Models, batch, cfg: Config, old_log_probs: bool = True
     ids, attn, mask = batch.input_ids, batch.attention_mask, batch.response_mask
     attention = prefix_lib.attention_cost(models.policy)  # the critic and reference share its shape
 
-    def log_probs(model):
-        return batched(lambda i, a, m: policy_log_probs(model, i, a, m, temperature, shared_prefix=shared)[0],
-                       micro, ids, attn, mask, pack=shared, attention=attention)
-
     old = ref = values = None
     if old_log_probs:
         with phase(names.PHASE_OLD_LOG_PROBS):
-            old = log_probs(models.policy)
+            old = log_probs_pass(models.policy, ids, attn, mask, temperature, micro, shared, attention)
     if models.reference is not None:
         with phase(names.PHASE_REF_LOG_PROBS):
-            ref = log_probs(models.reference)
+            ref = log_probs_pass(models.reference, ids, attn, mask, temperature, micro, shared, attention)
     if models.critic is not None:
-        with phase(names.PHASE_VALUES):
+        with phase(names.PHASE_VALUES), precision.autocast(models.critic):  # one context: see log_probs_pass
             values = batched(lambda i, a: critic_values(models.critic, i, a, shared_prefix=shared),
                              micro, ids, attn, pack=shared, attention=attention)
     with phase(names.PHASE_ADVANTAGES):
         advantages, returns = compute_advantages(cfg.algo, batch, values, old, ref)
     return UpdateInputs(ids, attn, mask, old, advantages, ref, values, returns)
+
+
+def log_probs_pass(model: nn.Module, ids: torch.Tensor, attn: torch.Tensor, mask: torch.Tensor,
+                   temperature: float, micro_batch_size: int, shared_prefix: bool, attention: float = 0.0
+                   ) -> torch.Tensor:
+    """Log-probs of a batch's sampled tokens in micro-batches (the old and reference passes).
+
+    One autocast context spans the micro-batches: autocast keeps each weight's low-precision copy
+    until its outermost context exits, so the weights are cast once per pass, not once per
+    micro-batch (a cast of every weight is a pass over all of them in memory). The copies are the
+    same, so are the log-probs."""
+    with precision.autocast(model):
+        return batched(lambda i, a, m: policy_log_probs(model, i, a, m, temperature, shared_prefix=shared_prefix)[0],
+                       micro_batch_size, ids, attn, mask, pack=shared_prefix, attention=attention)
 
 
 def reuses_current_log_probs(optim, rows: int) -> bool:
