@@ -30,9 +30,10 @@ both sides roll out the same tokens; each side reports its phase seconds (`time/
 and the step's, and the JSON says which phase dominates what is left with the switch on.
 `--off-as-before`: the off side (phases and whole steps) also runs the other changes of the same work
 undone: transformers' own sdpa attention (key/value heads copied under a mask) instead of
-ragen2.attention's, and the MI probe scoring with the model run whole (the vocabulary head on every
-prompt and pad position) instead of the decoder and the head on scored positions only. The off side
-is then the step as it ran before; the on side is today's.
+ragen2.attention's, the MI probe scoring with the model run whole (the vocabulary head on every
+prompt and pad position, rows padded) instead of the decoder and the head on scored positions only,
+and the no-grad passes casting the weights once per micro-batch instead of once per pass. The off
+side is then the step as it ran before; the on side is today's.
 `--skip-phases` measures only the whole steps. `--heap kept` (the default) keeps freed memory in the
 process as `ragen2` does (ragen2.heap); `--heap default` runs glibc's defaults, as before. It is
 process-wide, so benchmarks/step_before_after.py runs each variant in a child (`--sides off|on`). Prints one JSON object and writes it to `--out`.
@@ -181,7 +182,8 @@ def pick_threads(choice: str) -> tuple[int, str]:
 
 
 def off_side(off_as_before: bool) -> str:
-    return ("as before: shared prefix off, transformers' sdpa, the probe scoring the whole model"
+    return ("as before: shared prefix off, transformers' sdpa, the probe scoring the whole model, "
+            "weights cast per micro-batch in the no-grad passes"
             if off_as_before else "shared prefix off, everything else today's")
 
 
@@ -246,16 +248,26 @@ def phase_comparison(cfg, models, optimizers, batch, repeats: int, on_policy: bo
     }
 
 
+def log_probs_pass_as_before(model, ids, attn, mask, temperature, micro_batch_size, shared_prefix, attention=0.0):
+    """The old/reference pass before one autocast context spanned it: a context (and a cast of
+    every weight) per micro-batch, inside policy_log_probs."""
+    return learner.batched(lambda i, a, m: learner.policy_log_probs(model, i, a, m, temperature,
+                                                                    shared_prefix=shared_prefix)[0],
+                           micro_batch_size, ids, attn, mask, pack=shared_prefix, attention=attention)
+
+
 @contextlib.contextmanager
 def as_before(models):
-    """transformers' sdpa in every model and the probe scoring the whole model, for the block."""
-    today = mi_probe.cross_score
-    mi_probe.cross_score = functools.partial(today, split_head=False)
+    """transformers' sdpa in every model, the probe scoring the whole model (padded rows), and the
+    no-grad passes casting the weights per micro-batch, for the block."""
+    today_scoring, today_pass = mi_probe.cross_score, learner.log_probs_pass
+    mi_probe.cross_score = functools.partial(today_scoring, split_head=False)
+    learner.log_probs_pass = log_probs_pass_as_before
     try:
         with attention.transformers_sdpa(models.policy, models.reference, getattr(models.critic, "backbone", None)):
             yield
     finally:
-        mi_probe.cross_score = today
+        mi_probe.cross_score, learner.log_probs_pass = today_scoring, today_pass
 
 
 def whole_steps(cfg, models, repeats: int, restore, off_as_before: bool = False,
