@@ -221,8 +221,8 @@ def cross_score(
         columns_of.setdefault(ident, []).append(col)
 
     scorer = _Scorer(model, split_head)
-    pack = pack and scorer.split and _takes_boolean_masks(model)
-    if pack:
+    packed = pack and scorer.split and _takes_boolean_masks(model)
+    if packed:
         batches = _packed_micro_batches(order, [len(z) - 1 for z in pairs.reasonings], micro_batch_size)
     else:  # one row per pack: the padded layout
         batches = [[[i] for i in order[s:s + micro_batch_size]] for s in range(0, rows, micro_batch_size)]
@@ -244,7 +244,7 @@ def cross_score(
             first_logp = torch.log_softmax(scorer.logits(last[0, -1:]).float(), dim=-1)[0]
             for packs in batches:
                 batch_rows = [i for pack in packs for i in pack]
-                if pack:
+                if packed:
                     sums = _score_packs(scorer, prompt_cache, first_logp, prompt.shape[1],
                                         [[pairs.reasonings[i] for i in pack] for pack in packs], pad_token_id, device)
                 else:
