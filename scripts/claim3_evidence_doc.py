@@ -3,6 +3,9 @@ docs/benchmarks/grad_vs_spread.json, after `python scripts/grad_vs_spread.py`:
 
     python scripts/claim3_evidence_doc.py ["2026-12-04 (14:52 UTC)"]
 
+The date is when the last cell finished (its run's last event) once every cell has; before that,
+the date given, else now: the state as of this rewrite.
+
 The history of earlier estimates is written as it stands; add a line there when a reading is
 superseded (the JSON keeps only the latest).
 """
@@ -52,7 +55,19 @@ for cell in sorted((root / "docs/experiments/grad-vs-spread/runs").glob("*/bench
 seeds_on_cpu = {}
 for seed, cpu in sorted(cpu_of_seed.items()):
     seeds_on_cpu.setdefault(cpu, []).append(seed)
-now = sys.argv[1] if len(sys.argv) > 1 else datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d (%H:%M UTC)")
+def stamp(when: datetime.datetime) -> str:
+    return when.strftime("%Y-%m-%d (%H:%M UTC)")
+
+
+def last_cell_event() -> datetime.datetime:
+    """When the suite's last event was written (each run's events.jsonl records a `time`)."""
+    times = [json.loads(line).get("time", 0.0)
+             for events in (root / "docs/experiments/grad-vs-spread/runs").glob("*/events.jsonl")
+             for line in events.read_text().splitlines() if line.strip()]
+    return datetime.datetime.fromtimestamp(max(times), datetime.timezone.utc)
+
+
+now = sys.argv[1] if len(sys.argv) > 1 else stamp(datetime.datetime.now(datetime.timezone.utc))
 seeds_text = f"seeds 0-{n-1}" if len(seeds_dr) == len(seeds_gr) else f"seeds 0-{len(seeds_dr)-1} of Dr.GRPO and 0-{len(seeds_gr)-1} of GRPO"
 cpu_text = ""
 if len(seeds_on_cpu) > 1:  # seed ranges per CPU, in the order the machines took over
@@ -61,7 +76,7 @@ if len(seeds_on_cpu) > 1:  # seed ranges per CPU, in the order the machines took
     cpu_text = f"Machines: {ran}; all in fp32 (`model.dtype=float32` in the suite), so they differ only in rounding"
 w_dr, w_gr = width(dr["task_norm"]), width(gr["task_norm"])
 if cells >= total:
-    state = (f"Finished on {now}: both widths went under 0.6 at seeds 0-{n-1}, so the suite stopped there "
+    state = (f"Finished on {stamp(last_cell_event())}: both widths went under 0.6 at seeds 0-{n-1}, so the suite stopped there "
              f"(all {total} cells); the table is what {n} seeds show.")
 else:
     state = (f"State on {now}: {cells} of {total} cells finished, {seeds_text}; two runners (one core each, "
