@@ -10,7 +10,8 @@ Side by side in one run, alternating within each repeat so a busy spell hits eve
                attention, one forward per token, the same sampler and generator;
   hf_generate  Hugging Face `model.generate` (sampling, exactly N tokens each);
   before       (--before COMMIT) the rollout's `generate` as it was at COMMIT, loaded from git:
-               e.g. 504257a, our own Llama/Qwen2 decoder (fast_decoder.py) that kv_rows replaced.
+               e.g. 504257a, our own Llama/Qwen2 decoder (fast_decoder.py) that kv_rows replaced,
+               or 0017fdb, the row cache before it kept bf16 keys and read whole rows.
 Each also with 1 new token, so the prefill cost can be split from the decode cost. The decode
 rate is also read per step: every one-token forward of a side is timed and the median step
 counts (16 rows each, no stops), which a busy spell on a loaded machine moves far less than a
@@ -28,7 +29,7 @@ one prompt at a time (unless --skip-single).
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import importlib
 import inspect
 import json
 import os
@@ -143,25 +144,30 @@ def hf_generate(model, prompts, *, max_new_tokens, pad_token_id=0, **_ignored) -
 
 
 def generate_at(commit: str, workdir: Path, steps: StepTimes):
-    """`generate` of ragen2/rollout as it was at `commit` (its fast_decoder, generation and session
-    modules, which imported each other), importable beside today's."""
-    names = ("fast_decoder", "generation", "session")
-    for name in names:
-        source = subprocess.run(["git", "-C", str(ROOT), "show", f"{commit}:ragen2/rollout/{name}.py"],
+    """`generate` of the package ragen2/rollout as it was at `commit`, importable beside today's.
+
+    Every module of the package at that commit is copied as package `before_rollout`, its imports
+    of `ragen2.rollout` pointed there (the rest of ragen2 is today's). A commit that still had
+    our own decoder (`fast_decoder`, before issue 31) gets its forward timed like the model's.
+    """
+    listing = subprocess.run(["git", "-C", str(ROOT), "ls-tree", "--name-only", f"{commit}:ragen2/rollout"],
+                             check=True, capture_output=True, text=True).stdout.split()
+    package = workdir / "before_rollout"
+    package.mkdir()
+    for name in (n for n in listing if n.endswith(".py")):
+        source = subprocess.run(["git", "-C", str(ROOT), "show", f"{commit}:ragen2/rollout/{name}"],
                                 check=True, capture_output=True, text=True).stdout
-        for other in names:
-            source = source.replace(f"from ragen2.rollout.{other} import", f"from before_{other} import")
-        source = source.replace("from ragen2.rollout import fast_decoder", "import before_fast_decoder as fast_decoder")
-        (workdir / f"before_{name}.py").write_text(source)
+        source = source.replace("ragen2.rollout", "before_rollout")
+        # its own name for the row attention it registers, so the two sides never swap functions
+        source = source.replace('"ragen2_kv_rows"', '"ragen2_kv_rows_before"')
+        (package / name).write_text(source)
     sys.path.insert(0, str(workdir))
     try:
-        spec = importlib.util.spec_from_file_location("before_generation", workdir / "before_generation.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["before_generation"] = module  # dataclasses and the session's import look it up here
-        spec.loader.exec_module(module)
-        importlib.import_module("before_session")  # generate imports it lazily, after the path is gone
-        decoder = sys.modules["before_fast_decoder"].FastDecoder
-        decoder.forward = steps.wrap(decoder.forward)
+        module = importlib.import_module("before_rollout.generation")
+        importlib.import_module("before_rollout.session")  # generate imports it lazily, after the path is gone
+        if (package / "fast_decoder.py").exists():
+            decoder = importlib.import_module("before_rollout.fast_decoder").FastDecoder
+            decoder.forward = steps.wrap(decoder.forward)
     finally:
         sys.path.remove(str(workdir))
     return module.generate
