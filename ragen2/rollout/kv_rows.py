@@ -186,10 +186,9 @@ class KVRows:
         """Whether a decode step's attention should read each row's whole buffer, masked, not a slice.
 
         A slice [:end] of a [rows, heads, capacity, dim] buffer is strided, and CPU matmuls in
-        bf16/fp16 copy strided operands first: on an Intel Xeon (AMX, 1 thread) the scores and
-        the weighted sum over a [16, 3, 300, 64] bf16 slice took 1.1 + 0.47 ms against 0.30 +
-        0.30 ms over the whole contiguous rows of capacity 345 (0.46 + 0.43 ms at capacity 600),
-        most of a decode step's attention. In fp32 the strided slice costs little, so fp32 keeps it.
+        bf16/fp16 copy strided operands first: over whole contiguous rows the two attention
+        matmuls ran faster even at twice the slots (docs/generation_speed.md). fp32 matmuls read
+        the slice in place, so fp32 keeps it.
         """
         layers = self._layers()
         buffers = getattr(layers[0], "buffers", None) if layers else None
