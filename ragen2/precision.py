@@ -151,71 +151,11 @@ def autocast(module) -> contextlib.AbstractContextManager:
     param = next(iter(module.parameters()), None) if hasattr(module, "parameters") else None
     if param is None or dtype == param.dtype:
         return contextlib.nullcontext()
-    return _autocast_lending_frozen_copies(module, param.device.type, dtype)
+    return torch.autocast(param.device.type, dtype=dtype)
 
 
-# Linear layers lent a low-precision copy of a frozen weight: id(layer) -> (layer, [(name, original, copy)]).
-_LENT: dict[int, tuple[torch.nn.Module, list[tuple[str, torch.Tensor, torch.Tensor]]]] = {}
-
-
-@contextlib.contextmanager
-def _autocast_lending_frozen_copies(module, device_type: str, dtype: torch.dtype):
-    """autocast, with each frozen fp32 linear weight of `module` cast once for the whole context.
-
-    autocast caches its cast of a weight only when the weight requires grad. A frozen one (the
-    reference model, a LoRA model's base layers) is cast again at every use: every decode step of
-    a rollout, twice a micro-batch in a shared-prefix pass. The outermost context here casts each
-    once and lends the copy to its linear layers, where autocast uses it as it is: the values
-    autocast would have made, so the same results.
-    """
-    with torch.autocast(device_type, dtype=dtype):
-        layers = [m for m in module.modules() if isinstance(m, torch.nn.Linear) and id(m) not in _LENT]
-        lent = _frozen_copies(layers, dtype)
-        _swap(lent, to_copies=True)
-        try:
-            yield
-        finally:
-            _swap(lent, to_copies=False)
-
-
-def _frozen_copies(layers, dtype: torch.dtype) -> dict:
-    made: dict[int, torch.Tensor] = {}  # tied weights (one tensor in several layers) are cast once
-    lent = {}
-    for layer in layers:
-        swaps = []
-        for name in ("weight", "bias"):
-            tensor = layer._parameters.get(name)
-            if tensor is None or tensor.requires_grad or tensor.dtype != torch.float32:
-                continue
-            if id(tensor) not in made:
-                made[id(tensor)] = tensor.detach().to(dtype)
-            swaps.append((name, tensor, made[id(tensor)]))
-        if swaps:
-            lent[id(layer)] = (layer, swaps)
-    return lent
-
-
-def _swap(lent: dict, to_copies: bool) -> None:
-    for key, (layer, swaps) in lent.items():
-        for name, original, copy in swaps:
-            layer._parameters[name] = copy if to_copies else original
-        if to_copies:
-            _LENT[key] = (layer, swaps)
-        else:
-            _LENT.pop(key, None)
-
-
-@contextlib.contextmanager
-def full_precision(module):
-    """Leave autocast for a part that must stay fp32 (the critic's value head, the fp32 MI probe),
-    with the fp32 weights back where an enclosing context lent low-precision copies."""
+def full_precision(module) -> contextlib.AbstractContextManager:
+    """Leave autocast for a part that must stay fp32 (the critic's value head)."""
     param = next(iter(module.parameters()), None)
     device_type = param.device.type if param is not None else "cpu"
-    with torch.autocast(device_type, enabled=False):
-        inside = {id(m) for m in module.modules()} if _LENT else set()
-        returned = {key: _LENT[key] for key in inside & _LENT.keys()}
-        _swap(returned, to_copies=False)
-        try:
-            yield
-        finally:
-            _swap(returned, to_copies=True)
+    return torch.autocast(device_type, enabled=False)
