@@ -26,9 +26,13 @@ the same machine state:
    (the head on every prompt and pad position) with transformers' sdpa, alternating;
 7. rows packed (several rows in one row of a micro-batch, each under its own mask: the default)
    vs right-padded to their micro-batch's longest, alternating: time, the largest |L difference|,
-   and the reasoning positions each feeds per prompt.
+   and the reasoning positions each feeds per prompt;
+8. the share of the fp32 scoring spent inside the model's linear layers (the decoder's projections
+   and the output head; each call timed by hooks, `--repeats` runs, the fastest counts), with the
+   rate they ran at (2 x rows x inputs x outputs FLOPs a call): the bound on what any other
+   change can buy while the linears stay fp32 is 1 / that share.
 
-`--comparisons` picks which of 4-7 run (all by default).
+`--comparisons` picks which of 4-8 run (all by default).
 """
 
 from __future__ import annotations
@@ -69,7 +73,7 @@ def alternate(sides: dict, repeats: int) -> tuple[dict, dict]:
     return runs, last
 
 
-COMPARISONS = ("system_prefix", "scoring_dtype", "scoring_path", "packing")
+COMPARISONS = ("system_prefix", "scoring_dtype", "scoring_path", "packing", "linear_share")
 
 
 def main() -> int:
@@ -182,6 +186,8 @@ def main() -> int:
                     # decoder positions each prompt's rows take (pads included), and their real tokens
                     "fed_positions_per_prompt": {"padded": padded_positions, "packed": packed_positions,
                                                  "real_tokens": sum(fed)}}
+            if "linear_share" in args.comparisons:  # 8. time inside the linear layers
+                result["linear_share"] = linear_share(policy, score, args.repeats)
             if not args.skip_naive:
                 naive, naive_s = timed(mi_probe.cross_score_naive, policy, prompts, reasonings, owners)
                 result.update(cross_score_naive_s=naive_s, batched_speedup=naive_s / fast_s,
@@ -218,6 +224,37 @@ def main() -> int:
     }
     print(json.dumps(out, indent=1))
     return 0
+
+
+def linear_share(policy, score, repeats: int) -> dict:
+    """The scoring's seconds, and the seconds and FLOPs of its calls to the policy's linear layers."""
+    inside = {"seconds": 0.0, "flops": 0}
+    started = {}
+
+    def before(layer, args):
+        started[id(layer)] = time.perf_counter()
+
+    def after(layer, args, output):
+        inside["seconds"] += time.perf_counter() - started.pop(id(layer))
+        inside["flops"] += 2 * args[0].numel() * layer.out_features  # rows x inputs x outputs, twice
+
+    linears = [m for m in policy.modules() if isinstance(m, torch.nn.Linear)]
+    hooks = [h for m in linears for h in (m.register_forward_pre_hook(before), m.register_forward_hook(after))]
+    best = None
+    try:
+        for _ in range(repeats):
+            inside.update(seconds=0.0, flops=0)
+            _, seconds = timed(score)
+            if best is None or seconds < best["scoring_s"]:
+                best = {"scoring_s": round(seconds, 3), "linear_s": round(inside["seconds"], 3),
+                        "linear_gflop": round(inside["flops"] / 1e9, 1)}
+    finally:
+        for hook in hooks:
+            hook.remove()
+    best["linear_share"] = round(best["linear_s"] / best["scoring_s"], 3)
+    best["linear_gflop_per_s"] = round(best["linear_gflop"] / best["linear_s"], 1)
+    best["bound_if_the_rest_took_no_time"] = round(1 / best["linear_share"], 2)
+    return best
 
 
 def compare_scoring_paths(policy, score_today, score_whole, repeats: int) -> dict:
