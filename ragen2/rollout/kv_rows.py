@@ -186,9 +186,9 @@ class KVRows:
         """Whether a decode step's attention should read each row's whole buffer, masked, not a slice.
 
         A slice [:end] of a [rows, heads, capacity, dim] buffer is strided, and CPU matmuls in
-        bf16/fp16 copy strided operands first: over whole contiguous rows the two attention
-        matmuls ran faster even at twice the slots (docs/generation_speed.md). fp32 matmuls read
-        the slice in place, so fp32 keeps it.
+        bf16 copy strided operands first: over whole contiguous rows the two attention matmuls
+        ran faster even at twice the slots (docs/generation_speed.md; fp16 is taken to behave as
+        bf16, unmeasured). fp32 matmuls read the slice in place, so fp32 keeps it.
         """
         layers = self._layers()
         buffers = getattr(layers[0], "buffers", None) if layers else None
