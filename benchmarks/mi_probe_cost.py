@@ -18,9 +18,10 @@ the same machine state:
    share <= 5%);
 4. the prefix all prompts share (the system text) encoded once (the default) vs once per prompt,
    alternating `--repeats` times;
-5. the scoring in fp32 (as the probe runs it) vs under autocast to the policy's compute dtype
-   (bf16 where `model.dtype=auto` picks it): time, the largest |L difference|, and both MI
-   estimates, alternating `--repeats` times;
+5. the scoring in fp32 (`probe.dtype=float32`) vs under autocast to the policy's compute dtype
+   (`probe.dtype=policy`, the default: bf16 where `model.dtype=auto` picks it) on the same pairs:
+   time, the largest and mean |L difference|, both sides' MI, retrieval@1 and each row's best
+   column, alternating `--repeats` times;
 6. the scoring path: today's (the decoder, then the head only on positions that predict a scored
    token; key/value heads kept grouped under a mask, ragen2.attention) vs the model run whole
    (the head on every prompt and pad position) with transformers' sdpa, alternating;
@@ -160,12 +161,19 @@ def main() -> int:
                 for name, side in scores.items():
                     L, L_sum, owner, columns, _ = probe_lib.usable_scores(side)
                     estimates[name] = (L, {k: float(v) for k, v in mi_probe.mi_metrics_both(
-                        L, L_sum, owner, column_ids=columns).items() if k in ("mi_estimate", "retrieval_accuracy@1")})
+                        L, L_sum, owner, column_ids=columns).items()
+                        if k in ("mi_estimate", "mi_estimate_seq", "mi_zscore", "retrieval_accuracy@1")})
+                difference = (estimates["fp32"][0] - estimates["compute_dtype"][0]).abs()
                 result["scoring_dtype"] = {
                     "compute_dtype": str(precision.compute_dtype(policy)), "runs_s": runs,
                     "speedup_best": round(min(runs["fp32"]) / min(runs["compute_dtype"]), 3),
-                    "max_abs_diff_L": float((estimates["fp32"][0] - estimates["compute_dtype"][0]).abs().max()),
+                    "max_abs_diff_L": float(difference.max()), "mean_abs_diff_L": float(difference.mean()),
                     "max_abs_L": float(estimates["fp32"][0].abs().max()),
+                    "mean_abs_L": float(estimates["fp32"][0].abs().mean()),
+                    "pairs": list(difference.shape),
+                    # rows whose best-scoring column (the retrieval guess) differs between the precisions
+                    "rows_best_column_differs": int((estimates["fp32"][0].argmax(dim=1)
+                                                     != estimates["compute_dtype"][0].argmax(dim=1)).sum()),
                     "metrics": {name: value[1] for name, value in estimates.items()}}
             if "scoring_path" in args.comparisons:  # 6. today's path vs the model run whole, sdpa
                 result["scoring_path"] = compare_scoring_paths(policy, score, lambda: score(split_head=False),
@@ -197,7 +205,9 @@ def main() -> int:
     step_s_reported = step_metrics[names.TIME_STEP_S]
     out = {
         "machine": machine_info(),
-        "model": "SmolLM2-135M-Instruct (bundled), CPU; the probe scores in fp32",
+        "model": "SmolLM2-135M-Instruct (bundled), CPU",
+        # what item 1 (the probe as the trainer runs it) scored in: probe.dtype's default
+        "probe_dtype": probe_metrics.get(names.PROBE_DTYPE),
         "batch": {"groups": args.groups, "group_size": args.group_size, "rows": len(batch),
                   "padded_width": int(ids.shape[1]), "tokens": batch.num_tokens,
                   "response_tokens": batch.num_response_tokens, "reasoning_spans": len(batch.reasoning_spans)},

@@ -294,7 +294,8 @@ def whole_steps(cfg, models, repeats: int, restore, off_as_before: bool = False,
                                        if k in metrics},
                     # what the probe found, to compare the probe's precisions (probe.dtype) on one batch
                     "probe_metrics": {k: metrics[k] for k in (names.PROBE_MI_ESTIMATE, names.PROBE_MI_ZSCORE,
-                                                              names.PROBE_RETRIEVAL_ACCURACY_AT_1) if k in metrics}}
+                                                              names.PROBE_RETRIEVAL_ACCURACY_AT_1, names.PROBE_DTYPE)
+                                      if k in metrics}}
 
         one_step(sides[-1])  # warm-up: first-call costs (allocator, kernels) stay out of the timed steps
         log("whole step: warm-up done")

@@ -14,8 +14,12 @@ shared machine hits each:
   glibc's allocation defaults (freed memory goes back to the kernel);
 - `shared_prefix_glibc_heap`: today's code with glibc's defaults;
 - `today`: today's code as `ragen2` runs it, freed memory kept in the process (ragen2.heap);
-- `today_probe_policy_dtype` (only when `--variants` names it): `today` with `probe.dtype=policy`,
-  the MI probe scoring under the policy's bf16 instead of fp32 (opt-in: not exact).
+- `today_probe_float32` (only when `--variants` names it): `today` with `probe.dtype=float32`, the
+  MI probe scoring in fp32 instead of the policy's compute dtype (the default), so that
+  `ratio_probe_dtype` compares the two precisions on the same code.
+
+`before` scores the probe in fp32 (`probe.dtype=float32`), as the code before did: fp32 was its
+only precision.
 
 The allocation policy is process-wide, which is why each variant needs a process of its own. Each
 child rolls out from the same seed, so all see the same batch (checked: `same_batch`), and their
@@ -40,11 +44,12 @@ sys.path.insert(0, str(ROOT))  # run as a script from a checkout
 from ragen2.bench.machine import emit_report, machine_info  # noqa: E402
 
 VARIANTS = {
-    "before": ["--sides", "off", "--off-as-before", "--heap", "default"],
+    # the code before scored the probe in fp32, whatever the policy computed in
+    "before": ["--sides", "off", "--off-as-before", "--heap", "default", "probe.dtype=float32"],
     "shared_prefix_glibc_heap": ["--sides", "on", "--heap", "default"],
     "today": ["--sides", "on", "--heap", "kept"],
-    # opt-in, not exact: the MI probe scoring under the policy's bf16 instead of fp32 (probe.dtype)
-    "today_probe_policy_dtype": ["--sides", "on", "--heap", "kept", "probe.dtype=policy"],
+    # today's code with the probe in fp32 instead of the policy's compute dtype (probe.dtype's default)
+    "today_probe_float32": ["--sides", "on", "--heap", "kept", "probe.dtype=float32"],
 }
 DEFAULT_VARIANTS = ("before", "shared_prefix_glibc_heap", "today")
 PHASES = ("old_log_probs", "update")
@@ -87,6 +92,8 @@ def summarise(children: list[dict]) -> dict:
         "mean_step_probe_every_s": round(step - probe + probe / every, 3) if every else round(step - probe, 3),
         "peak_rss_gb": max(peak for c in children for name in PHASES for peak in c[side][name].get("peak_rss_gb", [0])),
         "update_metrics": children[0]["update_metrics"],
+        # what the best step's probe found and the dtype it scored in (probe/dtype)
+        "probe_metrics": best_step.get("probe_metrics", {}),
         "heap": children[0]["machine"]["heap"],
     }
 
@@ -110,6 +117,10 @@ def add_summaries(report: dict) -> dict:
     pairs = {"ratio_before_over_today": ("before", "today"),
              "ratio_shared_prefix_work": ("before", "shared_prefix_glibc_heap"),
              "ratio_heap_kept": ("shared_prefix_glibc_heap", "today"),
+             # same code, the probe in fp32 over the probe in the policy's dtype (the default)
+             "ratio_probe_dtype": ("today_probe_float32", "today"),
+             "ratio_before_over_today_probe_float32": ("before", "today_probe_float32"),
+             # reports written while fp32 was the default and the policy's dtype a variant
              "ratio_before_over_today_probe_policy_dtype": ("before", "today_probe_policy_dtype"),
              "ratio_probe_policy_dtype": ("today", "today_probe_policy_dtype")}
     report.update({name: ratios(best[slow], best[fast]) for name, (slow, fast) in pairs.items()

@@ -190,12 +190,14 @@ class ProbeSection(Section):
     # auto = reasoning where the env requires <think>, else reply (an answer-only env has no reasoning
     # rows), decided at start and written into config.yaml as resolved
     segment: Literal["auto", "reasoning", "reply"] = "auto"
-    # what the cross-scoring computes in: float32 whatever the policy computes in, so the same weights
-    # give the same MI on every machine (model.dtype=auto picks bf16 only where the CPU has bf16 units);
-    # policy = under the policy's autocast (bf16 where model.dtype resolved it): about 2x faster on a
-    # CPU with bf16 units, scores within bf16's error (docs/benchmarks.md, MI probe cost). The local
-    # engine's; the OpenRLHF engine scores with the actor's own forward, in DeepSpeed's precision
-    dtype: Literal["float32", "policy"] = "float32"
+    # what the cross-scoring computes in (logits upcast to fp32 before the log-softmax either way):
+    # policy = the policy's compute dtype, as RAGEN-2 scores with the actor's bf16 forward: bf16 where
+    # model.dtype resolved it (auto: a bf16 GPU, a CPU with bf16 units), fp32 elsewhere; float32 =
+    # fp32 whatever the policy computes in, the choice for comparing MI across machines (auto resolves
+    # differently on CPUs with and without bf16 units; docs/benchmarks.md, MI probe cost, measures the
+    # difference). Each probe row records which (probe/dtype). The OpenRLHF engine scores with the
+    # actor's forward in DeepSpeed's bf16, so it takes policy only
+    dtype: Literal["policy", "float32"] = "policy"
     grad_every: int = Field(0, ge=0)  # gradient decomposition; 0 = off
     grad_buckets: int = Field(6, ge=1)  # reward-spread buckets the gradient is decomposed over
     # quantile: equal-count buckets by reward std, remainder in the last (RAGEN-2's default);

@@ -114,6 +114,7 @@ PROBE_CONDITIONAL_ENTROPY_EST = "probe/conditional_entropy_est"  # H(Z|X) estima
 PROBE_REASONING_ENTROPY_EST = "probe/reasoning_entropy_est"  # H(Z) estimate (nats/token)
 PROBE_NUM_ROWS = "probe/num_rows"  # reasoning segments scored
 PROBE_SKIPPED_TOO_FEW_GROUPS = "probe/skipped_too_few_groups"  # 1.0 when fewer than 2 prompts had a segment
+PROBE_DTYPE = "probe/dtype"  # what the probe scored in: "bfloat16", "float32" (a string; probe.dtype)
 
 # -- OpenRLHF agent's per-episode extra logs (engines/openrlhf/agent -> selection, completions)
 ENV_NUM_TURNS = "env/num_turns"  # turns the episode took

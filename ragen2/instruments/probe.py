@@ -20,6 +20,11 @@ same question of the whole turn (does what the model wrote depend on its input?)
 for every rollout, so it gives a probe in answer-only mode, or with a model that rarely closes
 `</think>`, where the reasoning segment has next to no rows.
 
+What the scoring computes in (`probe.dtype`): by default the policy's compute dtype, as RAGEN-2
+scores with the actor's own bf16 forward (bf16 where `model.dtype` resolved it, fp32 on a CPU
+without bf16 units); `float32` for MI compared across machines. The logits are upcast before the
+log-softmax either way, and every row records the dtype (`probe/dtype`).
+
 The probe draws its subsample from its own RNG keyed by the step, never from the training
 generator, so turning it on or off does not change the training trajectory. Rows whose scores
 are not finite (a NaN from the model) are dropped and counted (`probe/num_nonfinite_dropped`),
@@ -102,25 +107,36 @@ class Probe:
 
     def measure(self, policy, batch, step: int, update_ema: bool = True) -> dict:
         """`probe/...` metrics of one batch (MI-ZScore-EMA only when the EMA is updated)."""
+        # every row says what it scored in (or would have), so runs scored differently are told apart
+        dtype = {names.PROBE_DTYPE: dtype_name(self.scoring_dtype(policy))}
         prompts, reasonings, owners = self.pairs(batch, step)
         if len(set(owners)) < 2:
-            return {names.PROBE_SKIPPED_TOO_FEW_GROUPS: 1.0, "probe/num_pairs": float(len(owners))}
+            return {names.PROBE_SKIPPED_TOO_FEW_GROUPS: 1.0, "probe/num_pairs": float(len(owners)), **dtype}
         with self.scoring_precision(policy):
             scores = mi_probe.cross_score(policy, prompts, reasonings, owners, pad_token_id=self.pad_id)
         L, L_sum, owner, column_ids, nonfinite = usable_scores(scores)
         if len(column_ids) < 2:  # every other reasoning was empty or scored NaN
             return {names.PROBE_SKIPPED_TOO_FEW_GROUPS: 1.0, "probe/num_pairs": float(len(owners)),
-                    "probe/num_nonfinite_dropped": float(nonfinite)}
+                    "probe/num_nonfinite_dropped": float(nonfinite), **dtype}
         metrics = mi_probe.mi_metrics_both(L, L_sum, owner, column_ids=column_ids)
         if update_ema:
             metrics.update(self.ema.update(metrics))
         metrics["num_empty_dropped"] = float(scores.num_empty_dropped)
         metrics["num_nonfinite_dropped"] = float(nonfinite)
-        return {names.PROBE + key: float(value) for key, value in metrics.items()}
+        return {**{names.PROBE + key: float(value) for key, value in metrics.items()}, **dtype}
+
+    def scoring_dtype(self, policy) -> torch.dtype:
+        """What the cross-scoring's matmuls run in (`probe.dtype`): the policy's compute dtype (bf16
+        where model.dtype resolved it, fp32 on a CPU without bf16 units), or its fp32 weights' own."""
+        return precision.compute_dtype(policy) if self.cfg.dtype == "policy" else _weights_dtype(policy)
 
     def scoring_precision(self, policy):
-        """`probe.dtype`: fp32 (no autocast, whatever the step around it runs in) or the policy's."""
-        return precision.autocast(policy) if self.cfg.dtype == "policy" else precision.full_precision(policy)
+        """The context `scoring_dtype` runs in: the policy's autocast, or none at all (the weights'
+        own dtype, even inside a caller's bf16 autocast). The logits are upcast to fp32 before the
+        log-softmax either way (mi_probe)."""
+        if self.scoring_dtype(policy) == _weights_dtype(policy):
+            return precision.full_precision(policy)
+        return precision.autocast(policy)
 
     def pairs(self, batch, step: int):
         """(prompts, reasonings, owners) for cross-scoring, in the configured mode."""
@@ -181,6 +197,16 @@ class Probe:
 
     def load_state_dict(self, state: dict) -> None:
         self.ema.load_state_dict(state["ema"])
+
+
+def _weights_dtype(policy) -> torch.dtype:
+    param = next(iter(policy.parameters()), None)
+    return param.dtype if param is not None else torch.float32
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """`torch.bfloat16` -> "bfloat16", as model.dtype spells it."""
+    return str(dtype).removeprefix("torch.")
 
 
 def reply_spans(turn_index: torch.Tensor) -> list[tuple[int, int, int, int]]:

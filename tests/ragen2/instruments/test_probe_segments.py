@@ -78,18 +78,25 @@ def test_reply_segment_on_a_real_rollout_decodes_to_what_the_policy_wrote(tok):
 
 def test_probe_dtype_scores_in_fp32_inside_an_autocast_or_under_the_policys_bf16(tok):
     """probe.dtype=float32 scores in fp32 even when called inside a bf16 autocast (MI comparable
-    across machines); probe.dtype=policy scores under the policy's own autocast, so its MI differs
-    from fp32's by bf16's error, not by nothing."""
+    across machines); the default scores under the policy's own autocast, so its MI differs from
+    fp32's by bf16's error, not by nothing; each row says which it scored in."""
     from ragen2 import precision
 
     model = precision.set_compute_dtype(tiny_llama(tok, hidden_size=64), "bfloat16")
     batch = _format_failure_batch()
-    fp32_probe = Probe(ProbeSection(num_samples=64, segment="reply"), tok)
+    fp32_probe = Probe(ProbeSection(num_samples=64, segment="reply", dtype="float32"), tok)
     reference = fp32_probe.measure(tiny_llama(tok, hidden_size=64), batch, step=0, update_ema=False)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         inside = fp32_probe.measure(model, batch, step=0, update_ema=False)
-    assert inside == reference
-    policy_probe = Probe(ProbeSection(num_samples=64, segment="reply", dtype="policy"), tok)
+    assert inside == reference and inside["probe/dtype"] == "float32"
+    policy_probe = Probe(ProbeSection(num_samples=64, segment="reply"), tok)  # the default
     in_bf16 = policy_probe.measure(model, batch, step=0, update_ema=False)
+    assert in_bf16["probe/dtype"] == "bfloat16"
     assert in_bf16["probe/mi_estimate"] != reference["probe/mi_estimate"]
     assert in_bf16["probe/mi_estimate"] == pytest.approx(reference["probe/mi_estimate"], abs=0.05)
+    # a policy that computes in fp32 (a CPU without bf16 units) is scored in fp32 by the default,
+    # the same numbers as probe.dtype=float32, even inside a caller's bf16 autocast
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        fp32_policy = Probe(ProbeSection(num_samples=64, segment="reply"), tok).measure(
+            tiny_llama(tok, hidden_size=64), batch, step=0, update_ema=False)
+    assert fp32_policy == reference
