@@ -15,7 +15,7 @@ The contract:
   plan); inputs needing different actions get different text. `template` is TEMPLATE_REASONING,
   one text for every input of every env (the "template collapse" control for demos).
 - `turns_left` (optional, keyword): the turns the caller's rollout still allows. Only
-  FrozenLake's slippery planner and the grounded text use it; None means "as many turns as
+  FrozenLake's planner uses it (and its grounded text); None means "as many turns as
   actions left", i.e. no turn limit beyond the env's own action budget.
 
 Guarantees, per env:
@@ -33,7 +33,10 @@ Guarantees, per env:
   + - * /, exact fractions) that the env's own `score_answer` scores correct, when one exists.
 - Bandit: the arm with the higher expected payoff (`best_arm`).
 - MetaMathQA: the dataset's answer (the label after "The answer is: ").
-- SearchQA: `finish[gold answer]`, the dataset's gold answer.
+- SearchQA: searches the supporting paragraphs' titles in order (skipping one already shown),
+  then `finish[gold answer]` once the last is shown, or at once on its last action.
+- DeepCoder: the problem's reference solution, where the data has one (NoExpertError if not).
+WebShop has none.
 """
 
 from __future__ import annotations
@@ -255,10 +258,102 @@ def _lake_turn(env, turns_left: int | None) -> ExpertTurn:
         text += f"The shortest safe path is {', '.join(ACTIONS[a] for a in path)}."
     elif p > 0:
         chance = f"{p:.0%}" if p >= 1 or f"{p:.0%}" != "100%" else "over 99%"  # never claim certainty wrongly
-        text += f"{', '.join(names)} gives the best chance, {chance}, to reach the goal in {_moves(env.actions_left)}."
+        within = (_moves(env.actions_left) if turns_left is None or turns_left >= env.actions_left
+                  else f"{turns_left} turns" if turns_left > 1 else "this turn")
+        text += f"{', '.join(names)} gives the best chance, {chance}, to reach the goal in {within}."
     else:
         text += f"The goal cannot be reached within {_moves(env.actions_left)}; I try {', '.join(names)}."
     return ExpertTurn(tuple(names), text)
+
+
+# --- single-answer envs -------------------------------------------------------------------
+
+def countdown_solution(numbers, target) -> str | None:
+    """An expression using each number once that equals `target` exactly, or None when no
+    expression over + - * / and parentheses does. Exhaustive: every pair of the remaining
+    values is combined every way, and a multiset of values already explored is not re-explored
+    (what can be built from it does not depend on how it was reached)."""
+    goal, seen = Fraction(target), set()
+
+    def search(pool):
+        if len(pool) == 1:
+            return pool[0][1] if pool[0][0] == goal else None
+        key = tuple(sorted(value for value, _ in pool))
+        if key in seen:
+            return None
+        seen.add(key)
+        for i, j in itertools.combinations(range(len(pool)), 2):
+            (a, a_text), (b, b_text) = pool[i], pool[j]
+            rest = [item for k, item in enumerate(pool) if k not in (i, j)]
+            options = [(a + b, f"({a_text} + {b_text})"), (a * b, f"({a_text} * {b_text})"),
+                       (a - b, f"({a_text} - {b_text})"), (b - a, f"({b_text} - {a_text})")]
+            options += [(a / b, f"({a_text} / {b_text})")] if b else []
+            options += [(b / a, f"({b_text} / {a_text})")] if a else []
+            for value, text in options:
+                found = search(rest + [(value, text)])
+                if found is not None:
+                    return found
+        return None
+
+    found = search([(Fraction(int(n)), str(int(n))) for n in numbers])
+    return None if found is None else (found[1:-1] if found.startswith("(") and len(numbers) > 1 else found)
+
+
+def _countdown_turn(env, turns_left: int | None) -> ExpertTurn:
+    from envs.countdown import score_answer
+
+    nums = ", ".join(str(n) for n in env.numbers)
+    expression = countdown_solution(env.numbers, env.target)
+    if expression is None or not score_answer(expression, env.numbers, env.target).correct:
+        expression = " + ".join(str(n) for n in env.numbers)  # no exact answer: a well-formed one
+        return ExpertTurn((expression,), f"No expression of {nums} equals {env.target}; I use every number once.")
+    return ExpertTurn((expression,), f"The target is {env.target} and the numbers are {nums}. "
+                                     f"{expression} = {env.target}, using each number once.")
+
+
+def _bandit_turn(env, turns_left: int | None) -> ExpertTurn:
+    config, best = env.config, env.best_arm
+    other = next(arm for arm in env.shown_order if arm != best)
+    mean = {env.high_risk_arm: config.high_risk_expected_payoff, env.low_risk_arm: config.low_risk_payoff}
+    return ExpertTurn((best,), f"The arms are {env.shown_order[0]} and {env.shown_order[1]}. {best} pays "
+                               f"{mean[best]:g} on average, more than {other}'s {mean[other]:g}, so I pull {best}.")
+
+
+def _question(text: str, words: int = 20) -> str:
+    """The last sentence of a problem (where the question usually is), at most `words` words."""
+    sentences = [part.strip() for part in text.replace("\n", " ").replace("?", "?|").replace(". ", ".|").split("|")]
+    asked = next((part for part in reversed(sentences) if part), text.strip()).split()
+    return " ".join(asked[:words]) + (" ..." if len(asked) > words else "")
+
+
+def _math_turn(env, turns_left: int | None) -> ExpertTurn:
+    label = env.problem.label
+    return ExpertTurn((label,), f'The problem asks: "{_question(env.problem.query)}" The answer is {label}.')
+
+
+def _searchqa_turn(env, turns_left: int | None) -> ExpertTurn:
+    """Search each supporting paragraph by its title, in order, then finish with the gold answer.
+    Only what the observation shows is used (this turn's results), so it acts from any state;
+    with one action left it finishes, so every episode ends with the gold answer."""
+    question, titles = env.question, env.question.supporting_titles
+    shown = {p.title for _, passages in env.results for p in passages}
+    reached = max((i for i, title in enumerate(titles) if title in shown), default=-1)
+    if reached == len(titles) - 1 or env.actions_left <= 1:
+        where = ("This is my last action" if reached < len(titles) - 1 else "No paragraph is needed" if not titles
+                 else f'The paragraph on "{titles[reached]}" is shown')
+        return ExpertTurn((f"finish[{question.answer}]",), f"{where}: the answer is {question.answer}.")
+    title = titles[reached + 1]
+    text = (f'I have the paragraph on "{titles[reached]}"; next I need the one on "{title}"' if reached >= 0
+            else f'To answer "{_question(question.question, 14)}" I need the paragraph on "{title}"')
+    return ExpertTurn((f"search[{title}]",), f"{text}, so I search for it.")
+
+
+def _deepcoder_turn(env, turns_left: int | None) -> ExpertTurn:
+    solution = env.problem.solution.strip()
+    if not solution:
+        raise NoExpertError(f"DeepCoder problem {env.problem.problem_id!r} has no reference solution to play")
+    return ExpertTurn((f"```python\n{solution}\n```",),
+                      f'The task: "{_question(env.problem.statement, 16)}" I write a program that does exactly that.')
 
 
 # --- dispatch -----------------------------------------------------------------------------
@@ -268,6 +363,11 @@ def _lake_turn(env, turns_left: int | None) -> ExpertTurn:
 _EXPERTS = (
     ("envs.sokoban", "SokobanEnv", _sokoban_turn),
     ("envs.frozen_lake", "FrozenLakeEnv", _lake_turn),
+    ("envs.countdown", "CountdownEnv", _countdown_turn),
+    ("envs.bandit", "BanditEnv", _bandit_turn),
+    ("envs.metamathqa", "MetaMathQAEnv", _math_turn),
+    ("envs.searchqa", "SearchQAEnv", _searchqa_turn),
+    ("envs.deepcoder", "DeepCoderEnv", _deepcoder_turn),
 )
 
 

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 import envs
-from envs.experts import (TEMPLATE_REASONING, ExpertTurn, NoExpertError, expert_turn, has_expert,
-                          lake_success_probability)
+from envs.countdown import evaluate_expression, score_answer
+from envs.experts import (TEMPLATE_REASONING, ExpertTurn, NoExpertError, countdown_solution, expert_turn,
+                          has_expert, lake_success_probability)
 from envs.frozen_lake import FrozenLakeConfig, FrozenLakeEnv, transition_table
 from envs.parsing import ACTION_SEPARATOR
 from envs.sokoban_solver import shortest_solution
@@ -142,13 +143,13 @@ def slippery_replay(seeds, rollouts, turns=None):
 def test_slippery_lake_success_matches_the_optimal_value():
     # Episodes are independent Bernoulli(V_i), so the success share has mean mean(V) and
     # standard error sqrt(sum V_i (1 - V_i)) / n; 3 standard errors bound a correct expert.
-    empirical, optimal, se = slippery_replay(range(150), 8)
+    empirical, optimal, se = slippery_replay(range(300), 8)
     assert abs(empirical - optimal) <= 3 * se, (empirical, optimal, se)
     assert 0.5 < optimal < 1.0
 
 
 def test_slippery_lake_with_a_turn_limit_matches_its_optimal_value():
-    empirical, optimal, se = slippery_replay(range(100), 6, turns=5)  # RAGEN-2's 5 turns x 2 actions
+    empirical, optimal, se = slippery_replay(range(300), 8, turns=5)  # RAGEN-2's 5 turns x 2 actions
     assert abs(empirical - optimal) <= 3 * se, (empirical, optimal, se)
 
 
@@ -194,7 +195,8 @@ def test_slippery_lake_plays_one_move_a_turn_without_a_turn_limit():
 
 # --- every expert -------------------------------------------------------------------------
 
-GAMES = [("sokoban", {}), ("frozen_lake", {}), ("frozen_lake", {"success_rate": 1.0})]
+GAMES = [("sokoban", {}), ("frozen_lake", {}), ("frozen_lake", {"success_rate": 1.0, "require_think": False}),
+         ("searchqa", {}), ("metamathqa", {"max_actions_per_traj": 3})]
 
 
 @pytest.mark.parametrize("name,overrides", GAMES)
@@ -248,9 +250,102 @@ def test_grounded_text_states_what_the_observation_shows():
 
 
 def test_has_expert_and_no_expert_error():
-    assert has_expert("sokoban") and has_expert("LargerSokoban") and has_expert("frozen_lake_coord")
-    assert has_expert(envs.make("frozen_lake")) and has_expert(FrozenLakeEnv)
-    assert not has_expert("webshop")
+    without = {spec.name for spec in envs.specs() if not has_expert(spec.name)}
+    assert without == {"webshop"}  # every other shipped env, and every variant, has an expert
+    assert has_expert("LargerSokoban") and has_expert(envs.make("frozen_lake")) and has_expert(FrozenLakeEnv)
+    assert not has_expert(int)
     assert issubclass(NoExpertError, ValueError)
     with pytest.raises(NoExpertError, match="no expert policy"):
         expert_turn(envs.make("webshop"))
+
+
+# --- single-answer envs and SearchQA ------------------------------------------------------
+
+def test_countdown_solves_every_instance_it_finds_solvable():
+    env = envs.make("countdown")
+    solvable = 0
+    for seed in range(200):
+        env.reset(seed=seed)
+        solvable += countdown_solution(env.numbers, env.target) is not None
+        success, total, _, _ = play(env, seed)
+        assert success and total == env.config.score, seed
+    assert solvable == 200  # the generator builds every target from its numbers
+
+
+def brute_force_three(numbers) -> set:
+    """Every value an expression over three numbers (each once) can take: both bracketings of
+    every order and operator pair, evaluated by the env's own evaluator."""
+    values = set()
+    for a, b, c in itertools.permutations(numbers):
+        for o1, o2 in itertools.product("+-*/", repeat=2):
+            for text in (f"({a} {o1} {b}) {o2} {c}", f"{a} {o1} ({b} {o2} {c})"):
+                value = evaluate_expression(text).value
+                if value is not None:
+                    values.add(value)
+    return values
+
+
+def test_countdown_search_is_exhaustive_and_says_when_nothing_works():
+    rng = np.random.default_rng(0)
+    for _ in range(12):
+        numbers = tuple(int(n) for n in rng.integers(1, 13, size=3))
+        reachable = brute_force_three(numbers)
+        for target in range(1, 80):
+            found = countdown_solution(numbers, target)
+            assert (found is not None) == (target in reachable), (numbers, target)
+            if found is not None:
+                assert score_answer(found, numbers, target).correct
+    assert countdown_solution((1, 1), 7) is None
+    env = envs.make("countdown")
+    env.reset(seed=0)
+    env.numbers, env.target = (1, 1), 7  # no expression works: a well-formed answer, said plainly
+    turn = expert_turn(env)
+    assert turn.grounded.startswith("No expression") and score_answer(turn.actions[0], (1, 1), 7).reward == 0.1
+
+
+@pytest.mark.parametrize("name", ["bandit", "bandit_test", "bandit_rev"])
+def test_bandit_pulls_the_arm_with_the_higher_mean(name):
+    env = envs.make(name)
+    for seed in range(40):
+        env.reset(seed=seed)
+        config = env.config
+        means = {env.high_risk_arm: config.high_risk_expected_payoff, env.low_risk_arm: config.low_risk_payoff}
+        assert expert_turn(env).actions == (max(means, key=means.get),)
+        assert play(env, seed)[0]
+
+
+@pytest.mark.parametrize("name", ["metamathqa", "metamathqa_math"])
+def test_metamathqa_answers_the_dataset_label_for_full_reward(name):
+    env = envs.make(name)
+    for seed in range(60):
+        env.reset(seed=seed)
+        assert expert_turn(env).actions == (env.problem.label,)
+        success, total, turns, _ = play(env, seed)
+        assert success and total == 1.0 and turns == 1, seed
+
+
+def test_searchqa_searches_supporting_paragraphs_then_gives_the_gold_answer():
+    env = envs.make("searchqa")
+    for seed in range(30):
+        env.reset(seed=seed)
+        titles, searched = env.question.supporting_titles, []
+        while not (turn := expert_turn(env)).actions[0].startswith("finish["):
+            searched.append(turn.actions[0])
+            env.step(response(env, turn))
+        # It answers only once the last supporting paragraph is on screen, having searched the
+        # titles in order (skipping one an earlier search already showed).
+        assert titles[-1] in {p.title for _, passages in env.results for p in passages}, seed
+        assert searched and searched == [f"search[{t}]" for t in titles if f"search[{t}]" in searched], seed
+        assert turn.actions == (f"finish[{env.question.answer}]",)
+        _, reward, _, _, info = env.step(response(env, turn))
+        assert info["success"] and reward == 1.0, seed
+    env = envs.make("searchqa", max_actions_per_traj=1)  # no room to search: answer at once
+    env.reset(seed=0)
+    assert expert_turn(env).actions == (f"finish[{env.question.answer}]",)
+
+
+def test_deepcoder_submits_the_reference_solution():
+    env = envs.make("deepcoder")
+    for seed in range(3):
+        success, total, _, _ = play(env, seed)
+        assert success and total == 1.0, seed
