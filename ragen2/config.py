@@ -222,6 +222,22 @@ class OpenRLHFSection(Section):
     vllm_gpu_memory_utilization: float = Field(0.5, gt=0.0, lt=1.0)
 
 
+class SFTSection(Section):
+    """`ragen2 sft` only (a supervised warm start on `ragen2 demos` files; `ragen2 train` ignores it).
+
+    It trains the policy on the assistant tokens of every demo turn: exactly the tokens an RL update of
+    that trajectory would train (the rollout's response mask), with optim.* (micro-batches, grad_clip,
+    betas, weight_decay, shared_prefix), trainer.* (seed, threads, out, save_every, validation) and
+    model.* (LoRA, dtype) as `ragen2 train` uses them."""
+
+    demos: str = ""  # the demos JSONL (`ragen2 demos`); --demos
+    steps: int = Field(60, ge=1)  # optimiser steps; --steps
+    batch_episodes: int = Field(8, ge=1)  # demo episodes per optimiser step (drawn without replacement, epoch by epoch)
+    lr: float = Field(5e-5, gt=0.0)  # AdamW learning rate (constant after the warm-up)
+    warmup_steps: int = Field(5, ge=0)  # linear learning-rate warm-up from lr / (warmup_steps + 1)
+    max_demos: int = Field(0, ge=0)  # use only the file's first N demos; 0 = all (an early stop on purpose)
+
+
 class Config(Section):
     model: ModelSection = Field(default_factory=ModelSection)
     env: EnvSection = Field(default_factory=EnvSection)
@@ -236,6 +252,7 @@ class Config(Section):
     trainer: TrainerSection = Field(default_factory=TrainerSection)
     probe: ProbeSection = Field(default_factory=ProbeSection)
     openrlhf: OpenRLHFSection = Field(default_factory=OpenRLHFSection)
+    sft: SFTSection = Field(default_factory=SFTSection)
 
     @model_validator(mode="after")
     def _consistent(self):

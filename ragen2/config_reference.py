@@ -181,6 +181,7 @@ SECTION_NOTES = {
     "probe": "The template-collapse probe and the gradient decomposition; `probe.collapse` is "
              "`mi_probe.CollapseDetectorConfig`.",
     "openrlhf": "`--engine openrlhf` only (docs/distributed.md); the local engine ignores it.",
+    "sft": "`ragen2 sft` only: the supervised warm start on `ragen2 demos` files (docs/warm_start.md).",
 }
 
 

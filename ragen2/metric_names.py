@@ -44,6 +44,8 @@ VAL_SUCCESS_RATE = "val/success_rate"  # share of validation episodes that succe
 VAL_FORMAT_OK_FRACTION = "val/format_ok_fraction"  # share of validation turns that parsed to valid actions
 VAL_NUM_GROUPS = "val/num_groups"  # validation groups (initial states)
 VAL_PASS_AT = VAL + "pass@"  # + G: share of validation groups with at least one success
+VAL_SPREAD_SHARE = "val/spread_share"  # share of validation groups whose episode rewards are not all equal
+VAL_VALID_ACTION_SHARE = "val/valid_action_share"  # share of validation turns with no format penalty (every action valid)
 
 
 def val_pass_at(group_size: int) -> str:

@@ -113,10 +113,11 @@ def check_model_source(name_or_path: Union[str, os.PathLike] = DEFAULT_MODEL) ->
     if text.lower() in BUNDLED_NAMES:
         bundled_gguf_path()
         return "bundled"
-    path = Path(text).expanduser()
+    path = _model_folder(Path(text).expanduser())
     if path.is_dir():
         if not (path / "config.json").is_file():
-            raise ModelSourceError(f"{path} is a directory but has no config.json: not a saved model")
+            raise ModelSourceError(f"{path} is a directory but has no config.json: not a saved model "
+                                   f"(a ragen2 train run: `ragen2 export {path}` writes one)")
         return "local"
     # `runs/x` is also a valid hub id; when its first folder exists here, or is ragen2's default
     # run folder, it was meant as a path (and the hub would only be asked after a minute of retries)
@@ -137,7 +138,13 @@ def resolve_model_source(name_or_path: Union[str, os.PathLike] = DEFAULT_MODEL) 
     text = str(name_or_path).strip()
     if kind == "bundled":
         return str(ensure_gguf_cache(bundled_gguf_path(), model_cache_root() / BUNDLED_CACHE_NAME))
-    return str(Path(text).expanduser()) if kind == "local" else text
+    return str(_model_folder(Path(text).expanduser())) if kind == "local" else text
+
+
+def _model_folder(path: Path) -> Path:
+    """A `ragen2 sft` run directory stands for the model it wrote (RUN/model); any other path for itself."""
+    inner = path / "model"
+    return inner if not (path / "config.json").is_file() and (inner / "config.json").is_file() else path
 
 
 def ensure_gguf_cache(gguf_path: Path, cache_dir: Path) -> Path:

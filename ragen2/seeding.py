@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 VALIDATION_STREAM = 987_654_321  # validation instances, apart from every step's
 EVAL_STREAM = 555_000_111  # `ragen2 eval` instances, apart from training and validation
 AUDIT_STREAM = 424_242  # `ragen2 audit --model` instances, apart from training and validation
+DEMO_STREAM = 0xDE305  # `ragen2 demos` instances, apart from training, validation and eval
 PROBE_STREAM = 0x9B0BE  # the probe's row sampling, apart from everything else seeded by the step
 
 
@@ -47,6 +48,10 @@ def eval_seeds(seed: int, count: int) -> list[int]:
 
 def eval_sampling_seed(seed: int) -> int:
     return seed + EVAL_STREAM
+
+
+def demo_seeds(seed: int, count: int) -> list[int]:
+    return instance_seeds([seed, DEMO_STREAM], count)
 
 
 def audit_seeds(seed: int, count: int) -> list[int]:

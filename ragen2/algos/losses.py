@@ -281,6 +281,14 @@ def clipped_value_loss(
 # ----------------------------------------------------------------------------- the actor loss
 
 
+def sft_loss(log_probs: torch.Tensor, response_mask: torch.Tensor, total_tokens: Optional[int] = None) -> torch.Tensor:
+    """The supervised warm start's loss: the negative log-likelihood of the masked tokens, token-mean
+    (divided by `total_tokens` when the batch is cut into micro-batches). Its gradient equals the
+    clipped policy loss's at ratio 1 with advantage 1 on every token: SFT is the policy loss on
+    demonstrations with a constant advantage, so both train exactly the rollout's response tokens."""
+    return aggregate_token_loss(-log_probs, response_mask, "token-mean", total_tokens=total_tokens)
+
+
 def actor_loss_terms(
     log_probs: torch.Tensor,
     entropy: torch.Tensor,

@@ -13,6 +13,8 @@ COMMANDS = {
     "plot": "write PNG training curves for a run directory",
     "audit": "collapse diagnostics: HTML report for a run, or a verdict for any model",
     "bench": "run a benchmark suite (a matrix of training runs), or rebuild its report",
+    "demos": "write expert demonstrations (chat JSONL) for a supervised warm start",
+    "sft": "supervised warm start on demonstrations: a model that train, eval, audit and export take",
     "eval": "evaluate a checkpoint or model on an env (held-out variants)",
     "export": "write a checkpoint as a Hugging Face folder (config.json, tokenizer, weights)",
 }

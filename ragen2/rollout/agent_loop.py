@@ -119,12 +119,30 @@ def group_pass_rate(trajectories: Sequence[TrajectoryRecord]) -> float:
     return sum(passed.values()) / len(passed) if passed else 0.0
 
 
+def spread_share(trajectories: Sequence[TrajectoryRecord]) -> float:
+    """The share of groups whose episode rewards are not all equal: the groups a group advantage or
+    a spread filter can learn from."""
+    rewards: dict[int, list[float]] = {}
+    for t in trajectories:
+        rewards.setdefault(t.group, []).append(t.reward)
+    spread = [max(r) - min(r) > 1e-9 for r in rewards.values()]
+    return sum(spread) / len(spread) if spread else 0.0
+
+
+def valid_action_share(trajectories: Sequence[TrajectoryRecord]) -> float:
+    """The share of turns with no format penalty: some action ran and none was invalid."""
+    turns = [bool(a["executed"]) and a["num_invalid"] == 0 for t in trajectories for a in t.actions]
+    return sum(turns) / len(turns) if turns else 0.0
+
+
 def evaluate(model, tokenizer, env_factory: Callable[[], object], seeds: Sequence[int], config: RolloutConfig,
              generator: torch.Generator | None = None, progress=None) -> dict[str, float]:
     """Validation: success rate over all episodes and pass@G (a group passes if any member succeeds)."""
     batch = rollout(model, tokenizer, env_factory, seeds, config, generator, progress=progress)
     metrics = batch.metrics(prefix=names.VAL)
     return {
+        names.VAL_SPREAD_SHARE: spread_share(batch.trajectories),
+        names.VAL_VALID_ACTION_SHARE: valid_action_share(batch.trajectories),
         names.VAL_SUCCESS_RATE: metrics[names.VAL_SUCCESS_RATE],
         names.val_pass_at(config.group_size): group_pass_rate(batch.trajectories),
         names.VAL_REWARD_MEAN: metrics[names.VAL_REWARD_MEAN],

@@ -270,7 +270,7 @@ def packs_by_prefix(optim, rows: int) -> bool:
     return optim.shared_prefix and optim.loss_scope == "mini_batch" and reuses_current_log_probs(optim, rows)
 
 
-def _clip_grad(module: nn.Module, max_norm: float) -> float:
+def clip_grad(module: nn.Module, max_norm: float) -> float:
     """Clip the module's gradient to `max_norm`; returns its pre-clip norm (non-finite: do not step)."""
     return float(torch.nn.utils.clip_grad_norm_([p for p in module.parameters() if p.requires_grad], max_norm))
 
@@ -411,7 +411,7 @@ def ppo_update(models: Models, optimizers: Optimizers, data: UpdateInputs, cfg: 
             # mini-batch counts once as skipped (stepping the other would update half of the loss).
             stepping = [(optimizers.actor, policy)] if train_actor else []
             stepping += [(optimizers.critic, critic)] if critic is not None else []
-            norms = [_clip_grad(module, optim.grad_clip) for _, module in stepping]
+            norms = [clip_grad(module, optim.grad_clip) for _, module in stepping]
             if train_actor:
                 record(names.ACTOR_GRAD_NORM, norms[0] if math.isfinite(norms[0]) else float("nan"))
             if critic is not None:
