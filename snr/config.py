@@ -13,6 +13,7 @@ presets with it as well, so every preset name matches the same way.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal, Mapping, get_args
@@ -32,6 +33,12 @@ DDOFS = get_args(Ddof)
 # RAGEN's filter metrics that are not reward spreads; the caller computes them and
 # passes them as `scores` with metric "given".
 _CALLER_SCORED = ("reward", "reward_sum", "entropy", "entropy_variance", "entropy_std", "length")
+
+# The strategies that filter; "none" keeps every group and reads no field but ddof (the metrics').
+FILTERING = ("top_p", "top_k", "top_k_abs", "min_p")
+# A signal names a per-rollout field, and appears in metric names (snr/<signal>_std_mean), where
+# a name starting kept_ would overwrite the kept groups' spreads (snr/kept_<signal>_...).
+_SIGNAL_NAME = re.compile(r"(?!kept_)[a-z_][a-z0-9_]*")
 
 # Package data (pyproject's package-data), so a wheel carries them beside the code.
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"
@@ -67,19 +74,31 @@ class FilterConfig:
     value         top_p: the share p in (0, 1]; p = 1 keeps every candidate (RAGEN's
                   "no filter" setting). top_k: the fraction of groups in (0, 1].
                   top_k_abs: a whole number of groups >= 1. min_p: the fraction of the
-                  best score in [0, 1]. none: ignored.
+                  best score in [0, 1].
     metric        reward_variance: the in-group sample variance of the rewards with
                   `ddof`; reward_std: its square root; given: a per-group score the
                   caller passes (entropy, length, ...).
     order         largest keeps high scores, smallest keeps low scores.
     top_p_mode    linear: accumulate the scores themselves; softmax: accumulate
                   softmax(score) probabilities (never comes back empty).
-    include_zero  False drops groups whose rewards are all equal before ranking.
+    include_zero  False drops groups without spread (all rewards, or all values of the
+                  signal, equal) before ranking.
     eps           slack of the linear top-p threshold p * total - eps (RAGEN: 0.01), in
                   the units of the reward std; with metric reward_variance it is the
                   same share of the total, eps * sum(var) / sum(std) (see snr.selection).
     ddof          1 (default) divides by G - 1: the unbiased estimate of Var(R|x),
                   and what torch.std (RAGEN's std) computes; 0 divides by G.
+    signal        what the spread is measured on. reward (RAGEN-2's): the reward as
+                  trained, format penalties included. success: the outcome (1 or 0), so a
+                  group whose rewards differ only by format penalties has no spread. Another
+                  name: that per-episode field (the local engine: reward, success,
+                  context_truncated; a library caller passes the values to select_groups as
+                  `signal=`). The spread metrics are named after it (snr/success_std_mean).
+
+    A field set to a value other than its default that the strategy does not read is refused
+    (strategy none with value 0.5 would otherwise keep every group without a word): value,
+    metric, order, include_zero and signal are read by every strategy but none; top_p_mode
+    by top_p; eps by top_p in linear mode. ddof is read by every strategy (the metrics too).
 
     The default keeps every group (no filter: the training config's default too).
     RAGEN-2's recommended filter, linear top-p 0.9 on the reward variance with
@@ -94,6 +113,7 @@ class FilterConfig:
     include_zero: bool = True
     eps: float = 0.01
     ddof: Ddof = 1
+    signal: str = "reward"
 
     def __post_init__(self) -> None:
         if self.metric in _CALLER_SCORED:
@@ -110,6 +130,9 @@ class FilterConfig:
             raise FilterConfigError(f"include_zero must be true or false; got {self.include_zero!r}")
         if isinstance(self.ddof, bool) or self.ddof not in DDOFS:
             raise FilterConfigError(f"ddof must be 0 or 1; got {self.ddof!r}")
+        if not isinstance(self.signal, str) or not _SIGNAL_NAME.fullmatch(self.signal):
+            raise FilterConfigError(f"signal must be reward, success or the name of a per-episode field "
+                                    f"(lower case letters, digits, _; not starting kept_); got {self.signal!r}")
         eps = _number("eps", self.eps)
         if eps < 0:
             raise FilterConfigError(f"eps must be >= 0; got {eps}")
@@ -118,11 +141,33 @@ class FilterConfig:
         # Store plain floats so equal configs compare and print equal (0.9 vs 9e-1 from YAML).
         object.__setattr__(self, "value", value)
         object.__setattr__(self, "eps", eps)
-        if self.strategy == "none" and not self.include_zero:
-            raise FilterConfigError(
-                "strategy 'none' keeps every group, so include_zero=false would be ignored; "
-                "to drop only zero-spread groups use strategy top_p with value 1.0 and include_zero false"
-            )
+        ignored = self._ignored_settings()
+        if ignored:
+            raise FilterConfigError("; ".join(ignored))
+
+    def _reader(self, name: str) -> str | None:
+        """Who reads field `name` when this strategy does not (for the refusal), else None."""
+        if name in ("value", "metric", "order", "include_zero", "signal") and self.strategy == "none":
+            return f"strategy {', '.join(FILTERING[:-1])} or {FILTERING[-1]}"
+        if name == "top_p_mode" and self.strategy != "top_p":
+            return "strategy top_p"
+        if name == "eps" and (self.strategy != "top_p" or self.top_p_mode != "linear"):
+            return "strategy top_p with top_p_mode linear"
+        return None
+
+    def _ignored_settings(self) -> list[str]:
+        """One clause per field set away from its default that this strategy does not read."""
+        chosen = {"none": "strategy none, which keeps every group"}.get(self.strategy, f"strategy {self.strategy}")
+        if self.strategy == "top_p":
+            chosen += f" with top_p_mode {self.top_p_mode}"
+        out = []
+        for f in fields(self):
+            value, reader = getattr(self, f.name), self._reader(f.name)
+            if reader is not None and value != f.default:
+                out.append(f"{f.name}={_show(value)} is ignored by {chosen}; it is read by {reader}")
+        if not self.include_zero and self.strategy == "none":
+            out.append("to drop only zero-spread groups use strategy top_p with value 1.0 and include_zero false")
+        return out
 
     def _check_value_range(self, value: float) -> None:
         s = self.strategy
@@ -155,10 +200,12 @@ class FilterConfig:
         whatever the rest say; top_p_mode and eps matter to top_p only (eps to linear top_p)."""
         if self.strategy == "none":
             return {"strategy": self.strategy}
-        ignored = set() if self.strategy == "top_p" else {"top_p_mode", "eps"}
-        if self.strategy == "top_p" and self.top_p_mode == "softmax":
-            ignored.add("eps")
-        return {key: value for key, value in self.to_dict().items() if key not in ignored}
+        return {key: value for key, value in self.to_dict().items() if self._reader(key) is None}
+
+
+def _show(value: Any) -> str:
+    """A value as YAML and the command line write it (false, 0.5, softmax)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def preset_key(name: str) -> str:

@@ -37,6 +37,9 @@ deliberately differ, and why:
   groups, not int(28.999999999999996) = 28.
 * Statistics are computed in float64 on the CPU: the inputs are tiny (one number
   per rollout) and this keeps cumulative sums and ties reproducible on any device.
+* The spread can be measured on the outcome instead of the reward (FilterConfig.signal;
+  RAGEN filtered on the reward only): shaped rewards give a group spread that carries no
+  task signal when its members differ only by format penalties.
 """
 
 from __future__ import annotations
@@ -264,7 +267,8 @@ def _summary(prefix: str, values: torch.Tensor) -> dict[str, float]:
     }
 
 
-def select_groups(rewards: Any, config: FilterConfig | None = None, scores: Any = None) -> Selection:
+def select_groups(rewards: Any, config: FilterConfig | None = None, scores: Any = None,
+                  signal: Any = None) -> Selection:
     """Choose which groups of one batch to train on.
 
     rewards  float tensor [num_groups, group_size]: row i holds the G rollout
@@ -273,13 +277,20 @@ def select_groups(rewards: Any, config: FilterConfig | None = None, scores: Any 
              is RAGEN-2's recommended filter).
     scores   with metric "given": one score per group (e.g. mean entropy or
              length) to rank by instead of the reward spread.
+    signal   with config.signal other than "reward": that field's value for each rollout,
+             [num_groups, group_size] like `rewards` (success: 1.0 / 0.0). The spread is
+             measured on it: ranking, and the zero-spread groups include_zero=False drops.
 
     Metrics (plain floats): snr/groups_total, snr/groups_kept, snr/kept_fraction,
     snr/kept_reward_variance_share (kept / total in-group reward variance; 0.0 when
-    the total is 0), snr/skipped (1.0 or 0.0), snr/zero_spread_groups, and the
-    in-group reward std and variance before (snr/reward_std_mean|min|max,
-    snr/reward_variance_mean|min|max) and after filtering (snr/kept_reward_...;
-    0.0 when nothing is kept). Variance and std use config.ddof.
+    the total is 0), snr/skipped (1.0 or 0.0), snr/zero_spread_groups (groups without
+    spread in the signal), and the in-group reward std and variance before
+    (snr/reward_std_mean|min|max, snr/reward_variance_mean|min|max) and after filtering
+    (snr/kept_reward_...; 0.0 when nothing is kept). Under another signal the same
+    spreads of it follow, named after it (snr/success_std_mean, snr/kept_success_std_mean,
+    snr/kept_success_variance_share, ...), so a row says what the filter ranked; the
+    snr/reward_... spreads stay the reward's (the stop rule and the collapse watch read
+    them). Variance and std use config.ddof.
     """
     cfg = config if config is not None else FilterConfig()
     if not isinstance(cfg, FilterConfig):
@@ -287,6 +298,10 @@ def select_groups(rewards: Any, config: FilterConfig | None = None, scores: Any 
     matrix = _reward_matrix(rewards)
     num_groups, group_size = matrix.shape
     variance, std, zero_spread = group_spread(matrix, cfg.ddof)
+    signal_spread = _signal_spread(cfg, signal, matrix.shape)
+    if signal_spread is not None:  # rank and drop by the signal's spread, report both
+        reward_spread = (variance, std)
+        variance, std, zero_spread = signal_spread
 
     if cfg.metric == "given":
         if scores is None:
@@ -312,17 +327,45 @@ def select_groups(rewards: Any, config: FilterConfig | None = None, scores: Any 
     kept, _ = torch.sort(candidates[_pick(group_scores[candidates], cfg, num_groups, slack)])
     skip = kept.numel() == 0
 
-    total_variance = float(variance.sum())
     metrics: dict[str, float] = {
         "snr/groups_total": float(num_groups),
         "snr/groups_kept": float(kept.numel()),
         "snr/kept_fraction": kept.numel() / num_groups,
-        "snr/kept_reward_variance_share": float(variance[kept].sum()) / total_variance if total_variance > 0 else 0.0,
         "snr/skipped": 1.0 if skip else 0.0,
         "snr/zero_spread_groups": float(zero_spread.sum()),
     }
-    metrics.update(_summary("snr/reward_std", std))
-    metrics.update(_summary("snr/reward_variance", variance))
-    metrics.update(_summary("snr/kept_reward_std", std[kept]))
-    metrics.update(_summary("snr/kept_reward_variance", variance[kept]))
+    if signal_spread is not None:
+        metrics.update(_spread_metrics("reward", *reward_spread, kept))
+    metrics.update(_spread_metrics(cfg.signal, variance, std, kept))
     return Selection(kept=kept, skip=skip, scores=group_scores, metrics=metrics)
+
+
+def _spread_metrics(name: str, variance: torch.Tensor, std: torch.Tensor, kept: torch.Tensor) -> dict[str, float]:
+    """snr/<name>_std|variance_mean|min|max before and after the filter, and the kept share."""
+    total = float(variance.sum())
+    out = {f"snr/kept_{name}_variance_share": float(variance[kept].sum()) / total if total > 0 else 0.0}
+    out.update(_summary(f"snr/{name}_std", std))
+    out.update(_summary(f"snr/{name}_variance", variance))
+    out.update(_summary(f"snr/kept_{name}_std", std[kept]))
+    out.update(_summary(f"snr/kept_{name}_variance", variance[kept]))
+    return out
+
+
+def _signal_spread(cfg: FilterConfig, signal: Any, shape: tuple[int, int]):
+    """group_spread of the `signal` matrix under a signal other than the reward, else None."""
+    if cfg.signal == "reward":
+        if signal is not None:
+            raise FilterInputError("signal values were passed but config.signal is 'reward'; set the "
+                                   "FilterConfig's signal to the field they hold (e.g. signal='success')")
+        return None
+    if signal is None:
+        raise FilterInputError(f"config.signal is {cfg.signal!r}: pass its value for each rollout as "
+                               f"signal=<[num_groups, group_size] tensor>, in the layout of the rewards")
+    try:
+        matrix = _reward_matrix(signal)
+    except FilterInputError as error:
+        raise FilterInputError(f"signal {cfg.signal!r}: {error}".replace("rewards", "values")) from None
+    if tuple(matrix.shape) != tuple(shape):
+        raise FilterInputError(f"signal {cfg.signal!r} has shape {tuple(matrix.shape)}; the rewards have "
+                               f"{tuple(shape)} (one value per rollout)")
+    return group_spread(matrix, cfg.ddof)

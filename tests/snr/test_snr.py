@@ -236,7 +236,7 @@ def test_min_p_largest():
 
 def test_none_keeps_everything_even_single_rollouts():
     rewards = torch.tensor([[1.0], [0.0], [1.0]])  # G = 1: no spread, but no ranking either
-    sel = select_groups(rewards, recommended(strategy="none", include_zero=True))
+    sel = select_groups(rewards, FilterConfig(strategy="none"))
     assert sel.kept.tolist() == [0, 1, 2] and not sel.skip
     assert sel.metrics["snr/reward_std_max"] == 0.0
 
