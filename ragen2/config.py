@@ -261,6 +261,11 @@ class Config(Section):
                              "the scores; 'given' is for library callers that pass their own)")
         if self.filter.strategy != "none" and self.rollout.group_size < 2:
             raise ValueError("filter: a reward-spread metric needs rollout.group_size >= 2")
+        if self.filter.signal not in ("reward", "success"):  # the rest need the batch's module (torch)
+            from ragen2.rollout.batch import EPISODE_SIGNALS
+            if self.filter.signal not in EPISODE_SIGNALS:
+                raise ValueError(f"filter.signal: {self.filter.signal!r} is no per-episode field of the local "
+                                 f"engine's episodes; valid: {', '.join(EPISODE_SIGNALS)}")
         if self.algo.advantage in ("grpo", "dr_grpo") and self.rollout.group_size < 2:
             raise ValueError(f"algo.advantage={self.algo.advantage} needs rollout.group_size >= 2")
         if self.optim.critic_warmup_steps and not self.algo.uses_critic:

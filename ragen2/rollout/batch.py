@@ -32,6 +32,10 @@ from ragen2 import metric_names as names
 # remainder at random; none (ours): train on them as they are, the last mini-batch shorter.
 BATCH_ADJUST_MODES = ("none", "copy", "delete")
 
+# The per-episode numbers of a TrajectoryRecord the filter's spread can be measured on
+# (FilterConfig.signal): the reward as trained, or the outcome (and the other flag an episode has).
+EPISODE_SIGNALS = ("reward", "success", "context_truncated")
+
 
 def ragen_size_divisor(num_groups: int, mini_batch_size: int, gpus: int = 1) -> int:
     """RAGEN-2's divisor: lcm(env groups per step, PPO mini-batch size, GPUs per node)."""
@@ -232,6 +236,16 @@ class RolloutBatch:
         for t in self.trajectories:
             rewards[t.group, t.member] = t.reward
         return rewards
+
+    def signal_matrix(self, signal: str) -> torch.Tensor:
+        """reward_matrix's layout for a per-episode field of EPISODE_SIGNALS (success: 1.0 / 0.0)."""
+        if signal not in EPISODE_SIGNALS:
+            raise ValueError(f"filter signal {signal!r} is no per-episode field of this engine's episodes; "
+                             f"valid: {', '.join(EPISODE_SIGNALS)}")
+        values = torch.zeros(1 + max(t.group for t in self.trajectories), self.group_size, dtype=torch.float64)
+        for t in self.trajectories:
+            values[t.group, t.member] = float(getattr(t, signal))
+        return values
 
     def metrics(self, prefix: str = names.ROLLOUT, ddof: int = 1) -> dict[str, float]:
         """Summary numbers over trajectories (not rows) and over turns.

@@ -63,6 +63,11 @@ def group_rewards(batch: RolloutBatch) -> torch.Tensor:
     return batch.reward_matrix()
 
 
+def group_signal(batch: RolloutBatch, signal: str) -> torch.Tensor | None:
+    """[P, G] values of the filter's signal when it is not the reward (filter.signal=success)."""
+    return None if signal == "reward" else batch.signal_matrix(signal)
+
+
 def train_step(run: Run) -> StepResult:
     """One step: rollout, probe, filter, old/ref log-probs and values, advantages, update; then
     the collapse watch, and the stoppers' decision so far (validation may add one)."""
@@ -76,7 +81,8 @@ def train_step(run: Run) -> StepResult:
     metrics.update(state.probe.maybe_run(state.step, models.policy, batch))  # timed on its own
     metrics.update(decompose_prefilter(run, batch))  # probe.grad_prefilter: before the filter
     with timer(names.PHASE_FILTER):
-        selection = snr.select_groups(group_rewards(batch), cfg.filter)
+        signal = group_signal(batch, cfg.filter.signal)
+        selection = snr.select_groups(group_rewards(batch), cfg.filter, signal=signal)
     metrics.update(selection.metrics)
     recorded = completions.pick(batch, cfg.trainer.log_completions, selection.kept.tolist())  # no RNG
     filter_decision = state.stop_policy.observe(selection)
