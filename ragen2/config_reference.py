@@ -174,7 +174,10 @@ SECTION_NOTES = {
     "rollout": "How a step samples; the fields of `ragen2.rollout.RolloutConfig`.",
     "algo": "Advantage estimator and losses (`--algo` picks a preset; `algo.name=X` does the same).",
     "filter_preset": "The filter preset's name, for labels and run names (`--filter` sets it).",
-    "filter": "The SNR filter; the fields of `snr.FilterConfig` (`--filter` picks a preset of `snr/presets/`).",
+    "filter": "The SNR filter; the fields of `snr.FilterConfig` (`--filter` picks a preset of `snr/presets/`). "
+              "A field set away from its default that the strategy does not read is refused, with the strategy "
+              "that reads it: value, metric, order, include_zero and signal under strategy none, top_p_mode "
+              "outside top_p, eps outside linear top_p (`filter.value=0.5` alone is an error, not top-p 0.5).",
     "stop": "When to stop a run the filter finds no signal in; the fields of `snr.StopConfig`.",
     "optim": "Optimisers and the PPO update.",
     "trainer": "The loop: steps, seeds, validation, checkpoints, logging.",
