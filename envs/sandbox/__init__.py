@@ -11,7 +11,9 @@ and what holds on which kind of host, are in docs/sandbox.md):
 - a filesystem root built from an allow-list (rootfs.py): the interpreter, its shared
   libraries and standard library, read-only, and a fresh size-capped tmpfs work dir. Problem
   data, site-packages, any checkout, /tmp, /dev/shm and the host's socket files are absent;
-- stdin is a pipe the host feeds; stdout and stderr are pipes read with a byte cap;
+- stdin is a pipe the host feeds; stdout and stderr are pipes read with a byte cap and a cap on
+  read calls (a program dribbling bytes cannot make the host spin: see _collect); each result
+  records the host CPU its run cost (`host_cpu_seconds`);
 - memory: a memory cgroup per run where the host offers one (memory.py: the run's total,
   shared memory included); always RLIMIT_AS per process, SysV shm limited in its IPC
   namespace (or refused), memfd refused;
@@ -36,6 +38,7 @@ Verdicts: ok | runtime_error | timeout | memory_limit | output_limit | killed | 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import secrets
 import selectors
@@ -60,6 +63,12 @@ MEMORY_GUARDS = ("auto", "cgroup", "rlimits")
 _LAUNCHER = (Path(__file__).parent / "launcher.py").read_text()
 # Runs at once (more queue). A run mostly waits on process start-up and teardown, so twice the cores.
 _SLOTS = threading.BoundedSemaphore(2 * max(2, os.cpu_count() or 2))
+# The host's read loop, bounded in calls: the first FREE_READS reads are immediate (a normal run
+# needs a handful); after them a short read (under COALESCE_BYTES) waits COALESCE_SECONDS so that
+# a program writing a byte at a time is read in batches, and past MAX_READ_CALLS the run is killed
+# (verdict output_limit). At about 20 us of host CPU per call, 2048 calls cost the host at most
+# ~40 ms; with 10 ms pauses a run needs over 19 s of dribbling to reach the cap.
+FREE_READS, COALESCE_BYTES, COALESCE_SECONDS, MAX_READ_CALLS = 128, 4096, 0.01, 2048
 
 
 @dataclass(frozen=True)
@@ -101,6 +110,8 @@ class SandboxResult:
     leaked_processes: int = 0  # processes of that uid alive 2 s after the run ended (root mode)
     memory_guard: str = ""  # "cgroup-v2" | "cgroup-v1" (total capped) | "rlimits" (per process)
     memory_peak_bytes: int = 0  # the run's peak total memory, as its cgroup counted it (0 without one)
+    host_cpu_seconds: float = 0.0  # CPU the calling thread spent on this run (set-up, supervision, clean-up)
+    read_calls: int = 0  # the host's reads and writes on the run's pipes
 
 
 def sandbox_mode() -> str:
@@ -117,11 +128,14 @@ def run_python(program: str, stdin: str | bytes = "", limits: SandboxLimits | No
     allows (everything else is absent anyway). `memory_guard`: "auto" (a memory cgroup where
     the host offers one), "cgroup" (required: sandbox_error without one) or "rlimits"."""
     limits = limits if limits is not None else SandboxLimits()
+    # This thread's CPU only: runs go on in parallel threads, and waiting costs nothing.
+    started = time.thread_time()
     try:
         with _SLOTS:
-            return _run(program, stdin, limits, dict(files or {}), tuple(hide_paths), memory_guard)
+            result = _run(program, stdin, limits, dict(files or {}), tuple(hide_paths), memory_guard)
     except Exception as error:  # the contract: a verdict, never an exception
-        return SandboxResult("sandbox_error", f"the sandbox failed: {type(error).__name__}: {error}")
+        result = SandboxResult("sandbox_error", f"the sandbox failed: {type(error).__name__}: {error}")
+    return dataclasses.replace(result, host_cpu_seconds=time.thread_time() - started)
 
 
 def _run(program, stdin, limits: SandboxLimits, files: dict, hide_paths: tuple, memory_guard: str) -> SandboxResult:
@@ -180,7 +194,7 @@ def _run(program, stdin, limits: SandboxLimits, files: dict, hide_paths: tuple, 
             start_new_session=True, close_fds=True, pass_fds=(status_w,))
         os.close(status_w)
         status_w = -1
-        outputs, overflow, timed_out = _collect(process, status_r, stdin_data, limits, started + SETUP_SECONDS)
+        outputs, overflow, timed_out, calls = _collect(process, status_r, stdin_data, limits, started + SETUP_SECONDS)
         process.wait()
         wall = time.monotonic() - started
         # A normal exit already ended the PID namespace (the reaper exits only after the
@@ -193,7 +207,8 @@ def _run(program, stdin, limits: SandboxLimits, files: dict, hide_paths: tuple, 
             cgroup.remove()
             cgroup = None
         guard = memory.available() if config["cgroup"] else "rlimits"
-        return _classify(outputs, overflow, timed_out, limits, mode, uid, leaked, wall, guard, usage)
+        result = _classify(outputs, overflow, timed_out, limits, mode, uid, leaked, wall, guard, usage)
+        return dataclasses.replace(result, read_calls=calls)
     finally:
         for fd in (status_r, status_w):
             if fd >= 0:
@@ -211,7 +226,7 @@ def _collect(process: subprocess.Popen, status_fd: int, stdin: bytes, limits: Sa
     names = {process.stdout.fileno(): "stdout", process.stderr.fileno(): "stderr", status_fd: "status"}
     caps = {"stdout": limits.max_output_bytes, "stderr": limits.max_output_bytes, "status": 1 << 16}
     buffers = {name: bytearray() for name in names.values()}
-    overflow, timed_out = None, False
+    overflow, timed_out, calls = None, False, 0
     pending, sent = memoryview(stdin), 0
     with selectors.DefaultSelector() as selector:
         for fd in names:
@@ -227,6 +242,10 @@ def _collect(process: subprocess.Popen, status_fd: int, stdin: bytes, limits: Sa
                 timed_out = True
                 break
             for key, _ in selector.select(remaining):
+                calls += 1
+                if calls > MAX_READ_CALLS:
+                    overflow = "calls"
+                    break
                 if key.fd not in names:  # stdin: as much as the pipe takes, then close it (EOF)
                     try:
                         sent += os.write(key.fd, pending[sent:sent + (1 << 16)])
@@ -242,6 +261,8 @@ def _collect(process: subprocess.Popen, status_fd: int, stdin: bytes, limits: Sa
                 if not chunk:
                     selector.unregister(key.fd)
                     continue
+                if calls > FREE_READS and len(chunk) < COALESCE_BYTES:
+                    time.sleep(COALESCE_SECONDS)  # let a dribble pile up in the pipe: one read takes it all
                 name = names[key.fd]
                 if name == "status" and b"started=" in chunk and b"started=" not in buffers[name]:
                     deadline = time.monotonic() + limits.wall_seconds
@@ -256,7 +277,7 @@ def _collect(process: subprocess.Popen, status_fd: int, stdin: bytes, limits: Sa
             os.killpg(process.pid, signal.SIGKILL)
     process.stdout.close()
     process.stderr.close()
-    return buffers, overflow, timed_out
+    return buffers, overflow, timed_out, calls
 
 
 def processes_of_uid(uid: int) -> list[int]:
@@ -322,6 +343,8 @@ def _classify(outputs, overflow, timed_out, limits, mode, uid, leaked, wall, gua
         return verdict("sandbox_error", f"the sandbox could not start: {status['setup_error']}")
     if overflow in ("stdout", "stderr"):
         return verdict("output_limit", f"{overflow} passed {limits.max_output_bytes} bytes; the run was killed")
+    if overflow == "calls":
+        return verdict("output_limit", f"the output came in more than {MAX_READ_CALLS} pieces; the run was killed")
     megabytes = limits.memory_bytes // 2**20
     if usage["oom_kills"]:  # the kernel killed inside the run's cgroup: its total memory was spent
         return verdict("memory_limit", f"the run's total memory limit of {megabytes} MiB was reached "

@@ -159,7 +159,10 @@ def install_seccomp(shm_allowed):
 
 def drop_privileges(shm_limited):
     os.setsid()  # kill(0, ...) and killpg() now reach the program's own processes only
-    check(libc.prctl(4, 1, 0, 0, 0), "prctl(PR_SET_DUMPABLE, 1)")  # its own /proc files (the reaper's stay root's)
+    # Dumpable, so that in userns mode its /proc files are its own (the reaper's stay root's). In root
+    # mode the uid switch below makes it non-dumpable again (the kernel's rule on a credential
+    # change): its /proc/self files are root's there; it still reads them (a process always may).
+    check(libc.prctl(4, 1, 0, 0, 0), "prctl(PR_SET_DUMPABLE, 1)")
     L = C["limits"]
     # RLIMIT_NPROC counts per uid within a user namespace (Linux >= 5.14): in userns mode the
     # launcher and the reaper share the program's uid there, so they are added.

@@ -12,7 +12,8 @@ allowed only with safe arguments (checked in BPF): socket() for AF_INET / AF_INE
 network namespace has no route out; AF_UNIX could reach a socket file or, through a datagram
 socket, any host listener), socketpair() for AF_UNIX SOCK_STREAM only (asyncio's and
 multiprocessing's self-pipes: a connected stream pair cannot be pointed elsewhere), fcntl()
-with the commands of FCNTL_ALLOWED only, setsockopt() without the buffer-size options,
+with the commands of FCNTL_ALLOWED only and F_SETFL without O_DIRECT, open() and openat()
+without O_DIRECT (HOST_READ_FLAGS says why), setsockopt() without the buffer-size options,
 clone() without any CLONE_NEW* flag, prlimit64() on the caller itself only (in
 user-namespace mode the reaper shares the program's uid, and lowering its limits would end
 the run unreported). clone3 hides its flags in memory, so it gets ENOSYS and libc falls back
@@ -43,7 +44,7 @@ ALLOWED = {
     'ioctl': 16, 'kill': 62, 'lgetxattr': 192, 'link': 86, 'linkat': 265, 'listen': 50, 'listxattr': 194,
     'llistxattr': 195, 'lseek': 8, 'lstat': 6, 'madvise': 28, 'mincore': 27, 'mkdir': 83, 'mkdirat': 258,
     'mmap': 9, 'mprotect': 10, 'mremap': 25, 'msync': 26, 'munmap': 11, 'nanosleep': 35, 'newfstatat': 262,
-    'open': 2, 'openat': 257, 'pause': 34, 'pipe': 22, 'pipe2': 293, 'poll': 7, 'ppoll': 271, 'prctl': 157,
+    'pause': 34, 'pipe': 22, 'pipe2': 293, 'poll': 7, 'ppoll': 271, 'prctl': 157,
     'pread64': 17, 'preadv': 295, 'preadv2': 327, 'pselect6': 270, 'pwrite64': 18,
     'pwritev': 296, 'pwritev2': 328, 'read': 0, 'readahead': 187, 'readlink': 89, 'readlinkat': 267,
     'readv': 19, 'recvfrom': 45, 'recvmmsg': 299, 'recvmsg': 47, 'rename': 82, 'renameat': 264,
@@ -77,7 +78,7 @@ ALLOWED = {
     'getuid': 174, 'getxattr': 8, 'ioctl': 29, 'kill': 129, 'lgetxattr': 9, 'linkat': 37, 'listen': 201,
     'listxattr': 11, 'llistxattr': 12, 'lseek': 62, 'madvise': 233, 'mincore': 232, 'mkdirat': 34, 'mmap': 222,
     'mprotect': 226, 'mremap': 216, 'msync': 227, 'munmap': 215, 'nanosleep': 101, 'newfstatat': 79,
-    'openat': 56, 'pipe2': 59, 'ppoll': 73, 'prctl': 167, 'pread64': 67, 'preadv': 69, 'preadv2': 286,
+    'pipe2': 59, 'ppoll': 73, 'prctl': 167, 'pread64': 67, 'preadv': 69, 'preadv2': 286,
     'pselect6': 72, 'pwrite64': 68, 'pwritev': 70, 'pwritev2': 287, 'read': 63,
     'readahead': 213, 'readlinkat': 78, 'readv': 65, 'recvfrom': 207, 'recvmmsg': 243, 'recvmsg': 212,
     'renameat': 38, 'renameat2': 276, 'restart_syscall': 128, 'rseq': 293, 'rt_sigaction': 134,
@@ -96,18 +97,26 @@ ALLOWED = {
 }
 # Checked on their arguments, or needed by the launcher before the filter is installed.
 SPECIAL = {
-    "x86_64": {'socket': 41, 'socketpair': 53, 'fcntl': 72, 'setsockopt': 54, 'clone': 56, 'clone3': 435, 'pivot_root': 155, 'mount_setattr': 442, 'keyctl': 250, 'umount2': 166, 'mount': 165, 'setgroups': 116, 'prlimit64': 302},
-    "aarch64": {'socket': 198, 'socketpair': 199, 'fcntl': 25, 'setsockopt': 208, 'clone': 220, 'clone3': 435, 'pivot_root': 41, 'mount_setattr': 442, 'keyctl': 219, 'umount2': 39, 'mount': 40, 'setgroups': 159, 'prlimit64': 261},
+    "x86_64": {'socket': 41, 'socketpair': 53, 'fcntl': 72, 'setsockopt': 54, 'clone': 56, 'clone3': 435, 'pivot_root': 155, 'mount_setattr': 442, 'keyctl': 250, 'umount2': 166, 'mount': 165, 'setgroups': 116, 'prlimit64': 302, 'open': 2, 'openat': 257},
+    "aarch64": {'socket': 198, 'socketpair': 199, 'fcntl': 25, 'setsockopt': 208, 'clone': 220, 'clone3': 435, 'pivot_root': 41, 'mount_setattr': 442, 'keyctl': 219, 'umount2': 39, 'mount': 40, 'setgroups': 159, 'prlimit64': 261, 'openat': 56},
 }
 # AUDIT_ARCH_* values: a call made through another ABI (x32, ia32) is killed.
 AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
-CONDITIONAL = ("socket", "socketpair", "fcntl", "setsockopt", "clone", "clone3", "prlimit64")
+CONDITIONAL = ("socket", "socketpair", "fcntl", "setsockopt", "clone", "clone3", "prlimit64", "open", "openat")
 # fcntl commands a program may use (descriptor flags, status flags, dup, reading a pipe's size).
 # Refused, among others: every lock command (F_SETLK, F_SETLKW, F_GETLK, F_OFD_*: the root's
 # files are the host's inodes, so a lock there holds against the host and other runs),
 # F_SETLEASE, F_NOTIFY, F_SETOWN*/F_SETSIG (signals to a chosen process), F_SETPIPE_SZ (it
 # spends the uid's pipe budget, shared with the host in user-namespace mode), F_ADD_SEALS.
-FCNTL_ALLOWED = (0, 1, 2, 3, 4, 1030, 1032)  # DUPFD GETFD SETFD GETFL SETFL DUPFD_CLOEXEC GETPIPE_SZ
+FCNTL_ALLOWED = (0, 1, 2, 3, 1030, 1032)  # DUPFD GETFD SETFD GETFL DUPFD_CLOEXEC GETPIPE_SZ
+F_SETFL = 4  # allowed without HOST_READ_FLAGS (O_NONBLOCK, O_APPEND, O_ASYNC, O_NOATIME only touch its own side)
+# Status flags that change how the host reads the program's pipes: O_DIRECT, the only one. It
+# makes a pipe's writes packets: every host read() returns one write(), so 1-byte writes cost the
+# trainer a read call per byte (500,000 calls, 2.5-4.6 s of its CPU per run, measured). Refused in
+# F_SETFL and in open()/openat() (reopening /proc/self/fd/1 would give a new description with it);
+# no ioctl sets it. The other F_SETFL flags act on the program's side only (O_ASYNC signals the
+# descriptor's owner, and none can be set: hostile_supervisors.py). Its value differs by arch.
+HOST_READ_FLAGS = {"x86_64": 0o40000, "aarch64": 0o200000}
 # setsockopt(SOL_SOCKET, ...) options refused: SO_SNDBUF, SO_RCVBUF, SO_SNDBUFFORCE, SO_RCVBUFFORCE.
 # Socket buffers are kernel memory RLIMIT_AS does not count; at the host's default size the
 # descriptor limit bounds them (docs/sandbox.md).
@@ -123,7 +132,8 @@ def policy(machine: str) -> dict:
         if name in allowed:  # a table edit must not silently drop an argument check
             raise AssertionError(f"{name} must only be allowed with its argument check")
     shm = sorted(allowed[name] for name in ("shmget", "shmat", "shmctl", "shmdt"))  # refused without shm limits
-    return {"arch": AUDIT_ARCH[machine], "allow": sorted(set(allowed.values())), "shm": shm, **SPECIAL[machine]}
+    return {"arch": AUDIT_ARCH[machine], "allow": sorted(set(allowed.values())), "shm": shm,
+            "host_read_flags": HOST_READ_FLAGS[machine], **SPECIAL[machine]}
 
 
 CLONE_NEW_ANY = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000 | 0x80
@@ -144,7 +154,8 @@ def assemble(machine: str, shm_allowed: bool) -> list[tuple[int, int, int, int]]
         (None, JEQ, p["clone3"], "enosys", None), (None, JEQ, p["socket"], "socket", None),
         (None, JEQ, p["socketpair"], "pair", None), (None, JEQ, p["clone"], "clone", None),
         (None, JEQ, p["prlimit64"], "prlimit", None), (None, JEQ, p["fcntl"], "fcntl", None),
-        (None, JEQ, p["setsockopt"], "sockopt", None), (None, JA, "chain", None, None),
+        (None, JEQ, p["setsockopt"], "sockopt", None), (None, JEQ, p["openat"], "openat", None),
+        *([(None, JEQ, p["open"], "open", None)] if "open" in p else []), (None, JA, "chain", None, None),
         ("enosys", RET, ENOSYS, None, None),
         ("socket", LD, 16, None, None), (None, JEQ, 2, "ok1", None), (None, JEQ, 10, "ok1", None),  # INET, INET6
         (None, RET, EPERM, None, None), ("ok1", RET, ALLOW, None, None),
@@ -157,7 +168,13 @@ def assemble(machine: str, shm_allowed: bool) -> list[tuple[int, int, int, int]]
         ("ok4", RET, ALLOW, None, None),
         ("fcntl", LD, 24, None, None),  # the command (an int: the low word is all the kernel reads)
         *[(None, JEQ, command, "ok5", None) for command in FCNTL_ALLOWED],
-        (None, RET, EPERM, None, None), ("ok5", RET, ALLOW, None, None),
+        (None, JEQ, F_SETFL, None, "no5"), (None, LD, 32, None, None),  # F_SETFL: its flags (arg 2)
+        (None, JSET, p["host_read_flags"], "no5", None),
+        ("ok5", RET, ALLOW, None, None), ("no5", RET, EPERM, None, None),
+        ("openat", LD, 32, None, None), (None, JSET, p["host_read_flags"], "no7", None),  # openat's flags: arg 2
+        (None, RET, ALLOW, None, None), ("no7", RET, EPERM, None, None),
+        ("open", LD, 24, None, None), (None, JSET, p["host_read_flags"], "no8", None),  # open's flags: arg 1
+        (None, RET, ALLOW, None, None), ("no8", RET, EPERM, None, None),
         ("sockopt", LD, 24, None, None), (None, JEQ, 1, None, "ok6"), (None, LD, 32, None, None),  # SOL_SOCKET:
         *[(None, JEQ, option, "no6", None) for option in SOCKET_BUFFER_OPTIONS],  # the option name
         ("ok6", RET, ALLOW, None, None), ("no6", RET, EPERM, None, None),

@@ -4,7 +4,7 @@ network, host socket files of every kind, shared memory, stdin, supplementary gr
 allow-listed root, namespaces, /proc, limits, a shell, inherited descriptors. Elsewhere, the cases
 that hold for a host probe: the supervisors' signals and /proc files (hostile_supervisors.py),
 kernel buffers past the address-space limit and the per-uid pipe budget (hostile_kernel_buffers.py),
-locks on host inodes (hostile_host_locks.py).
+locks on host inodes (hostile_host_locks.py), the host's reader (hostile_host_reads.py).
 
 A case with a `probe` stops mid-run in `hold()` (named `marker`, its claims in claims.json)
 until the host has checked its side and sent SIGUSR1 (tests/envs/sandbox_probes.py); it
@@ -20,6 +20,7 @@ import textwrap
 from envs.sandbox import SandboxLimits, memory
 from tests.envs.hostile_case import REPO, X86, Case, Host
 from tests.envs.hostile_host_locks import lock_cases
+from tests.envs.hostile_host_reads import host_read_cases
 from tests.envs.hostile_kernel_buffers import kernel_buffer_cases
 from tests.envs.hostile_supervisors import supervisor_cases
 
@@ -239,7 +240,7 @@ def hostile_cases(h: Host, total_guard: bool | None = None) -> list[Case]:
                     pass
             print('ESCAPED fds', extra) if extra else print('only 0 1 2')""", ("ok",), ("only 0 1 2",)),
     ]
-    cases += supervisor_cases() + kernel_buffer_cases() + lock_cases()
+    cases += supervisor_cases() + kernel_buffer_cases() + lock_cases() + host_read_cases()
     for case in cases:
         hold = ""
         if case.probe:

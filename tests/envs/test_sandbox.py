@@ -36,6 +36,34 @@ def test_ok_with_stdin_and_files():
     assert result.cpu_seconds > 0 and result.wall_seconds > 0
 
 
+def test_the_programs_proc_files_are_as_documented():
+    """Root mode: the switch to the fresh uid leaves the program non-dumpable, so its /proc/self files
+    are root's (docs/sandbox.md, launcher.py); it still reads them. User-namespace mode: its own."""
+    program = ("import ctypes, os\nprint(ctypes.CDLL(None).prctl(3, 0, 0, 0, 0), "  # PR_GET_DUMPABLE
+               "os.stat('/proc/self/status').st_uid == os.getuid(), len(open('/proc/self/status').read()) > 0)")
+    result = run_python(program)
+    assert result.verdict == "ok", result
+    assert result.stdout.split() == (["0", "False", "True"] if result.mode == "root" else ["1", "True", "True"])
+
+
+def test_a_byte_dribble_is_read_in_batches():
+    """Past FREE_READS the host pauses after a short read, so 3000 one-byte writes a millisecond
+    apart cost it a few hundred reads, not 3000; every byte still arrives."""
+    result = run_python("import os, time\nfor _ in range(3000):\n    os.write(1, b'x')\n    time.sleep(0.001)",
+                        limits=ROOMY)
+    assert result.verdict == "ok" and result.stdout == "x" * 3000, result.message
+    assert sandbox.FREE_READS < result.read_calls < 1500 and 0 < result.host_cpu_seconds
+
+
+def test_the_host_read_loop_is_bounded_in_calls(monkeypatch):
+    monkeypatch.setattr(sandbox, "MAX_READ_CALLS", 40)
+    monkeypatch.setattr(sandbox, "FREE_READS", 1000)  # no pauses: each byte may be a read of its own
+    result = run_python("import os, time\nfor _ in range(2000):\n    os.write(1, b'x')\n    time.sleep(0.002)",
+                        limits=ROOMY)
+    assert result.verdict == "output_limit" and "more than 40 pieces" in result.message, result
+    assert result.read_calls == 41 and result.wall_seconds < 5
+
+
 @pytest.mark.parametrize("program, verdict, message", [
     ("1/0", "runtime_error", "exit code 1: ZeroDivisionError: division by zero"),
     ("def f(:\n", "runtime_error", "SyntaxError"),
@@ -371,6 +399,15 @@ def test_the_seccomp_filter_is_an_allow_list(machine):
     # fcntl: descriptor and status flags, dup, a pipe's size; no lock, lease, owner, pipe growth
     for command in (0, 1, 2, 3, 4, 1030, 1032):  # DUPFD GETFD SETFD GETFL SETFL DUPFD_CLOEXEC GETPIPE_SZ
         assert run(special["fcntl"], 3, command) == allow
+    # O_DIRECT changes how the host reads a pipe (one read per write), also when a descriptor is
+    # opened again (/proc/self/fd/1); O_NONBLOCK, O_APPEND, O_ASYNC, O_CLOEXEC stay allowed.
+    direct, nonblock = {"x86_64": 0o40000, "aarch64": 0o200000}[machine], 0o4000
+    for flags in (direct, direct | nonblock, direct | 0o2000000):
+        assert run(special["fcntl"], 1, 4, flags) == eperm and run(special["openat"], -100, 0, flags | 1) == eperm
+    for flags in (nonblock, nonblock | 0o2000 | 0o20000, 0o2000000):  # O_NONBLOCK O_APPEND O_ASYNC O_CLOEXEC
+        assert run(special["fcntl"], 1, 4, flags) == allow and run(special["openat"], -100, 0, flags | 1) == allow
+    if machine == "x86_64":
+        assert run(special["open"], 0, direct | 1) == eperm and run(special["open"], 0, 0o2000001) == allow
     for command in (5, 6, 7, 36, 37, 38, 1024, 1026, 8, 10, 15, 1031, 1033):  # GETLK SETLK SETLKW OFD_*
         assert run(special["fcntl"], 3, command) == eperm  # SETLEASE NOTIFY SETOWN SETSIG SETOWN_EX
     assert run(special["fcntl"], 3, (1 << 32) | 6) == eperm  # SETPIPE_SZ ADD_SEALS; the kernel reads 32 bits

@@ -35,6 +35,12 @@ from tests.envs.hostile_programs import hostile_cases
 from tests.envs.sandbox_probes import ProbeContext, Prober
 
 GROUP = 4242  # owns the group-only socket (a stand-in for docker.sock)
+# Host CPU one run may cost the trainer's thread (SandboxResult.host_cpu_seconds: set-up, the read
+# loop, clean-up), whatever the program does. Thread CPU, not wall time, so a busy machine's
+# waiting does not count. The O_DIRECT storm cost 2.5-4.6 s before the filter refused it; today's
+# per-run figures are in docs/sandbox.md (benchmarks/deepcoder_host_cost.py), and the bound leaves
+# headroom over them for a slower CPU and for the kill-and-sweep after a killed run.
+HOST_CPU_BOUND = 0.5
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
 
@@ -148,6 +154,7 @@ def runs(host):
     with ThreadPoolExecutor(max_workers=len(cases)) as pool, pytest.MonkeyPatch.context() as patch, \
             Prober(cases, ProbeContext("root")) as prober:
         patch.setattr(sandbox, "_SLOTS", threading.BoundedSemaphore(8))
+        sandbox.rootfs.plan()  # built once per process (about 0.1 s), not per run: not a case's cost
         results = list(pool.map(lambda case: run_python(case.program, case.stdin, ROOMY), cases))
     done.set()
     sampler.join()
@@ -175,6 +182,8 @@ def test_hostile_case(runs, host, name):
     results, _ = runs
     case, result, problems = results[name]
     judge(case, result.verdict, result.stdout, result.stderr, result.exit_code, problems)
+    assert 0 < result.host_cpu_seconds < HOST_CPU_BOUND, (name, result.host_cpu_seconds, result.read_calls)
+    assert result.read_calls <= sandbox.MAX_READ_CALLS
     assert_host_untouched(host)
     if result.uid is not None:  # root mode: nothing of the run's fresh uid is left in the kernel
         assert result.leaked_processes == 0 and processes_of_uid(result.uid) == []
@@ -228,9 +237,10 @@ spec.loader.exec_module(box)
 from concurrent.futures import ThreadPoolExecutor
 import threading
 limits, box._SLOTS = box.SandboxLimits(cpu_seconds=2, wall_seconds=15), threading.BoundedSemaphore(8)  # as `runs`
+box.rootfs.plan()
 def run(case):
     r = box.run_python(case[0], case[1], limits)
-    return [r.verdict, r.message, r.stdout, r.stderr, r.mode, r.memory_guard, r.exit_code]
+    return [r.verdict, r.message, r.stdout, r.stderr, r.mode, r.memory_guard, r.exit_code, r.host_cpu_seconds]
 with ThreadPoolExecutor(max_workers=len(cases)) as pool:
     print(json.dumps(list(pool.map(run, cases))))
 """
@@ -262,8 +272,9 @@ def run_unprivileged(cases: list[Case], python: str) -> list[tuple[list, list[st
 
 
 def judge_unprivileged(case: Case, row: list, problems: list[str] | None) -> None:
-    verdict, message, stdout, stderr, mode, guard, code = row
+    verdict, message, stdout, stderr, mode, guard, code, host_cpu = row
     assert (mode, guard) == ("userns", "rlimits"), (case.name, verdict, message)
+    assert 0 < host_cpu < HOST_CPU_BOUND, (case.name, host_cpu)
     if case.name == "supplementary_groups_are_gone":
         # An unprivileged process cannot drop them (the kernel denies setgroups in a user
         # namespace it mapped itself); they map to the overflow gid and reach nothing: the
