@@ -35,13 +35,15 @@ from ragen2.bench.plots import plot_envs
 from ragen2.bench.published import PUBLISHED, published_value
 from ragen2.bench.runner import read_manifest, read_state
 from ragen2.bench.worker import val_before
-from ragen2.run_dir import finite, read_steps, read_summary
+from ragen2.config import upgrade_saved
+from ragen2.reports.probe_dtype import mixed_dtypes_line, run_probe_dtypes
+from ragen2.run_dir import finite, read_config, read_steps, read_summary
 
 COLUMNS = ("name", "matrix", "env", "algo", "filter", "variant", "treatment", "row", "model", "seed", "status",
            "reason",
            "steps", "steps_trained", "steps_skipped", "stop_reason", "val_success_before", "final_val_success",
            "best_val_success", "final_val_reward", "final_val_pass_at_g", "train_reward_mean", "last_train_reward",
-           "kept_fraction_mean", "last_mi_zscore_ema", "wall_s", "rollout_s", "update_s", "rollout_tokens",
+           "kept_fraction_mean", "last_mi_zscore_ema", "probe_dtype", "wall_s", "rollout_s", "update_s", "rollout_tokens",
            "response_tokens", "env_episodes", "update_tokens", "optimizer_steps", "optimizer_steps_per_trained_step",
            "run_dir")
 AGGREGATED = ("val_success_before", "final_val_success", "best_val_success", "final_val_reward", "train_reward_mean",
@@ -100,6 +102,8 @@ def cell_result(cell: dict) -> dict:
         "last_train_reward": rewards[-1] if rewards else None,
         "kept_fraction_mean": _mean(logged(names.SNR_KEPT_FRACTION)),
         "last_mi_zscore_ema": mi[-1] if mi else None,
+        # what the probe scored in ("+" joins them if a resumed run changed it); None: no probe row
+        "probe_dtype": "+".join(run_probe_dtypes(rows, upgrade_saved(read_config(run_dir) or {}))) or None,
         # The runner's clock spans every attempt of a resumed cell; a hand-run cell has only its last session.
         "wall_s": state.get("wall_s", summary.get("wall_s_this_session")),
         "rollout_s": sum(rollout_s) if rollout_s else None,
@@ -206,6 +210,10 @@ def markdown(manifest: dict, results: list[dict], stats: dict, plots: list[Path]
     lines += [f"{done} of {len(results)} cells finished. Engine: {manifest.get('engine', 'local')}{where}. "
               "Numbers: final validation success rate in percent, mean ± sample std over seeds "
               "(– for one seed); in brackets, the change of the mean from the matrix's baseline, in points.", ""]
+    dtypes = mixed_dtypes_line({r["name"]: r["probe_dtype"].split("+") for r in results if r.get("probe_dtype")},
+                               what="cells")
+    if dtypes:
+        lines += [dtypes, ""]
     for matrix in dict.fromkeys(c["matrix"] for c in cells):
         first = next(c for c in cells if c["matrix"] == matrix)
         seeds = sorted({c["seed"] for c in cells if c["matrix"] == matrix})

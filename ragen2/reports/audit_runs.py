@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ragen2 import metric_names as names
 from ragen2.reports.audit_report import SUCCESS_KEY, load_run, series, spearman, spearman_table
+from ragen2.reports.probe_dtype import mixed_dtypes_line, run_probe_dtypes
 
 # The two proxies the claim contrasts, plus retrieval accuracy (the probe's other reading).
 CONTRASTED = (("MI-ZScore-EMA", names.PROBE_MI_ZSCORE_EMA), ("Policy token entropy", names.ACTOR_ENTROPY),
@@ -52,8 +53,11 @@ def audit_runs(run_dirs: list[Path], target: str = SUCCESS_KEY, proxies=CONTRAST
         table = {entry["key"]: entry["rho"] for entry in spearman_table(record.rows, target, proxies)}
         last = {key: _last(record.rows, key) for _, key in proxies}
         last["target"] = _last(record.rows, target)
-        per_run.append({"run_dir": str(run_dir), "steps": len(record.rows), "rho": table, "last": last})
-    return {"target": target, "runs": per_run, "across_runs": across_runs(per_run, proxies)}
+        per_run.append({"run_dir": str(run_dir), "steps": len(record.rows), "rho": table, "last": last,
+                        "probe_dtypes": run_probe_dtypes(record.rows, record.config)})
+    dtypes = mixed_dtypes_line({Path(r["run_dir"]).name: r["probe_dtypes"] for r in per_run})
+    return {"target": target, "runs": per_run, "across_runs": across_runs(per_run, proxies),
+            "probe_dtype_note": dtypes}
 
 
 def _fmt(value) -> str:
@@ -77,6 +81,8 @@ def render(result: dict) -> str:
                      f"last value against last target over {entry['runs_with_final']} runs: "
                      f"rho {_fmt(entry['across_run_rho'])}"
                      + ("" if entry["across_run_p"] is None else f" (p {entry['across_run_p']:.3f})"))
+    if result.get("probe_dtype_note"):
+        lines.append(result["probe_dtype_note"])
     if len(result["runs"]) < 5:
         lines.append(f"only {len(result['runs'])} runs: an across-run rank correlation needs more to say much")
     return "\n".join(lines)

@@ -329,7 +329,8 @@ def test_non_finite_scores_drop_their_rows_and_columns_not_the_run(model, monkey
     # Nothing usable left (every row NaN somewhere): the probe skips, it does not raise.
     monkeypatch.setattr(mi_probe, "cross_score", lambda *a, **k: _scores([[nan, -1.0], [-1.0, nan]], [0, 1]))
     assert probe.measure(model, _first_turn_batch(), step=1) == {
-        "probe/skipped_too_few_groups": 1.0, "probe/num_pairs": 3.0, "probe/num_nonfinite_dropped": 2.0}
+        "probe/skipped_too_few_groups": 1.0, "probe/num_pairs": 3.0, "probe/num_nonfinite_dropped": 2.0,
+        "probe/dtype": "float32"}  # what it would have scored in: the fp32 model's own dtype
 
 
 def _reasoning_forwards(model, run):

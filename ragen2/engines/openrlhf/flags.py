@@ -169,6 +169,10 @@ def unsupported(cfg: Config) -> list[str]:
                         "loss; only 'none' is supported")
     if f.strategy != "none" and f.metric == "given":
         problems.append("filter.metric=given: the OpenRLHF engine ranks groups by their reward spread only")
+    if p.dtype == "float32":
+        problems.append("probe.dtype=float32: the OpenRLHF engine scores the probe with the actor's own forward, "
+                        "in DeepSpeed's bf16 (the policy's compute dtype, as RAGEN-2 scores); it keeps no fp32 "
+                        "copy of the actor to score with. Set probe.dtype=policy (the default)")
     if p.grad_every > 0:
         problems.append(f"probe.grad_every={p.grad_every}: the gradient decomposition needs the actor's backward "
                         "pass, which runs inside OpenRLHF's DeepSpeed workers; set probe.grad_every=0")

@@ -13,6 +13,11 @@ the log-prob of every action token. So:
    reasoning tokens as actions, and calls the forward in micro-batches of pairs of similar
    length; L_sum[i, j] is the sum of the returned log-probs and L[i, j] their mean;
 4. `mi_probe.mi_metrics_both` and the probe's EMA give the same `probe/...` metrics.
+
+The forward is the actor's own, under DeepSpeed's bf16 (the engine trains only in bf16: flags.DTYPES):
+the policy's compute dtype, which is `probe.dtype`'s default and RAGEN-2's scoring; each row records
+it (`probe/dtype`). `probe.dtype=float32` is refused at launch (flags.unsupported): fp32 scoring
+would need an fp32 copy of the actor that OpenRLHF does not keep.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from ragen2 import metric_names as names
 from ragen2.algos.advantages import turn_index
 from ragen2.rollout.chat import ChatFormat, reasoning_span
 
+# what the actor's forward computes in: --ds.param_dtype bf16, the only dtype the engine launches with
+SCORING_DTYPE = "bfloat16"
 # forward(sequences, action_masks, attention_masks) -> one [B, T-1] log-prob tensor per micro-batch
 Forward = Callable[[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]], list[torch.Tensor]]
 
@@ -133,9 +140,10 @@ def probe_metrics(probe, samples: list, group_size: int, step: int, forward: For
     batch = probe_batch(samples, group_size, probe.tokenizer, prefill, probe.pad_id)
     prompts, reasonings, owners = probe.pairs(batch, step)
     if len(set(owners)) < 2:
-        return {names.PROBE_SKIPPED_TOO_FEW_GROUPS: 1.0, "probe/num_pairs": float(len(owners))}
+        return {names.PROBE_SKIPPED_TOO_FEW_GROUPS: 1.0, "probe/num_pairs": float(len(owners)),
+                names.PROBE_DTYPE: SCORING_DTYPE}
     L, L_sum = cross_score_with_forward(forward, prompts, reasonings, probe.pad_id, micro_batch_size)
     metrics = mi_probe.mi_metrics_both(L, L_sum, torch.tensor(owners), column_ids=mi_probe.prompt_identities(prompts))
     metrics.update(probe.ema.update(metrics))
     # (no num_pairs here: the local probe logs it only when it skips; num_rows counts the pairs)
-    return {names.PROBE + key: float(value) for key, value in metrics.items()}
+    return {**{names.PROBE + key: float(value) for key, value in metrics.items()}, names.PROBE_DTYPE: SCORING_DTYPE}

@@ -8,6 +8,12 @@ sampled rows (RAGEN-2: a group with no sampled row has no column). The estimates
 (`mi_probe.mi_metrics_both`), MI-ZScore-EMA (`mi_probe.ZScoreEMA`) and the collapse detector
 (`mi_probe.CollapseDetector`) are mi_probe's own; keys are logged as the local engine logs them
 (`probe/...`, `alert/...`).
+
+Precision, as the local engine's `probe.dtype`: by default the policy's compute dtype, the one
+TRL's own forward runs in (accelerate's bf16/fp16 autocast where `bf16`/`fp16` is on, else the
+weights' dtype), as RAGEN-2 scores with the actor's forward; `dtype="float32"` scores in fp32 for
+MI compared across machines. Logits are upcast before the log-softmax either way (mi_probe). TRL
+averages its log values as numbers, so a row records its dtype as `probe/dtype/<name>: 1.0`.
 """
 
 from __future__ import annotations
@@ -23,6 +29,35 @@ from ragen2 import seeding
 from ragen2.instruments.probe import EARLY_WARNINGS, usable_scores
 
 
+DTYPE_CHOICES = ("policy", "float32")
+MIXED_PRECISION = {"bf16": torch.bfloat16, "fp16": torch.float16}  # accelerate's names
+
+
+def scoring_dtype(model, requested: str = "policy", mixed_precision: str | None = None) -> torch.dtype:
+    """What the probe scores `model` in: under "policy", the dtype TRL's forward computes in
+    (accelerate's `mixed_precision` autocast, else the weights' own); under "float32", fp32."""
+    weights = next(model.parameters()).dtype
+    if requested == "float32":
+        if weights != torch.float32:
+            raise ValueError(f"MIProbeArgs(dtype='float32') needs fp32 weights; the model's are {weights} "
+                             "(load it in float32 with bf16=True for mixed precision, or use dtype='policy')")
+        return torch.float32
+    return MIXED_PRECISION.get(mixed_precision or "no", weights)
+
+
+def scoring_context(model, dtype: torch.dtype):
+    """Autocast to `dtype` where the weights differ from it, else none (not even a caller's)."""
+    param = next(model.parameters())
+    if dtype == param.dtype:
+        return torch.autocast(param.device.type, enabled=False)
+    return torch.autocast(param.device.type, dtype=dtype)
+
+
+def dtype_key(dtype: torch.dtype) -> str:
+    """The numeric log key that says a row scored in `dtype`: probe/dtype/bfloat16."""
+    return f"{names.PROBE_DTYPE}/{str(dtype).removeprefix('torch.')}"
+
+
 @dataclass(frozen=True)
 class MIProbeArgs:
     """What `RAGEN2GRPOTrainer(mi_probe=...)` probes with.
@@ -35,6 +70,8 @@ class MIProbeArgs:
     collapse               the collapse detector's thresholds.
     stop_on_collapse       stop training on a template-collapse alert.
     stop_on_early_warning  stop on a reward-std cliff too.
+    dtype                  what the scoring computes in: "policy" (TRL's mixed precision, else the
+                           weights' dtype) or "float32" (needs fp32 weights).
     """
 
     every: int = 10
@@ -45,8 +82,11 @@ class MIProbeArgs:
     collapse: CollapseDetectorConfig = field(default_factory=CollapseDetectorConfig)
     stop_on_collapse: bool = False
     stop_on_early_warning: bool = False
+    dtype: str = "policy"
 
     def __post_init__(self) -> None:
+        if self.dtype not in DTYPE_CHOICES:
+            raise ValueError(f"dtype must be one of {DTYPE_CHOICES}; got {self.dtype!r}")
         for name in ("every", "num_samples", "micro_batch_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -92,18 +132,25 @@ class CollapseProbe:
         self.ema = mi_probe.ZScoreEMA(decay=args.ema_decay)
         self.detector = mi_probe.CollapseDetector(args.collapse)
         self.keys = metric_keys(args.ks)
+        self.last_dtype: torch.dtype | None = None  # what the last measure scored in, for its log row
 
     def due(self, step: int) -> bool:
         return step % self.args.every == 0
 
-    def measure(self, model, prompt_ids, prompt_mask, completion_ids, completion_mask, step: int) -> dict | None:
-        """mi_probe's estimates for one batch, or None when fewer than 2 prompts have a scored row."""
+    def measure(self, model, prompt_ids, prompt_mask, completion_ids, completion_mask, step: int,
+                mixed_precision: str | None = None) -> dict | None:
+        """mi_probe's estimates for one batch, or None when fewer than 2 prompts have a scored row.
+        `mixed_precision`: accelerate's setting ("no", "bf16", "fp16"), what TRL's forward runs in."""
+        self.last_dtype = None
         prompts, completions, owners = probe_pairs(prompt_ids, prompt_mask, completion_ids, completion_mask,
                                                    self.args.num_samples, step)
         if len(set(owners)) < 2:
             return None
-        scores = mi_probe.cross_score(model, prompts, completions, owners,
-                                      micro_batch_size=self.args.micro_batch_size, pad_token_id=self.pad_token_id)
+        dtype = scoring_dtype(model, self.args.dtype, mixed_precision)
+        with scoring_context(model, dtype):
+            scores = mi_probe.cross_score(model, prompts, completions, owners,
+                                          micro_batch_size=self.args.micro_batch_size, pad_token_id=self.pad_token_id)
+        self.last_dtype = dtype
         L, L_sum, owner, column_ids, nonfinite = usable_scores(scores)
         if len(column_ids) < 2:  # the other rows scored NaN: a diagnostic never ends a run
             return None

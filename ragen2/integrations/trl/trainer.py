@@ -33,7 +33,7 @@ from trl import GRPOTrainer
 import snr
 from ragen2 import metric_names as names
 from ragen2.integrations.trl.filtering import GroupFilter, SNRFilterArgs, drop_from_loss, group_rewards
-from ragen2.integrations.trl.probe import CollapseProbe, MIProbeArgs
+from ragen2.integrations.trl.probe import CollapseProbe, MIProbeArgs, dtype_key
 
 logger = logging.getLogger(__name__)
 
@@ -122,10 +122,13 @@ class RAGEN2GRPOTrainer(GRPOTrainer):
         if probe.due(step):
             model = self.accelerator.unwrap_model(self.model)
             metrics = probe.measure(model, output["prompt_ids"], output["prompt_mask"], output["completion_ids"],
-                                    output["completion_mask"], step)
+                                    output["completion_mask"], step,
+                                    mixed_precision=str(self.accelerator.mixed_precision))
             metrics = self._ragen2_mean_over_processes(metrics, probe.keys)
             if metrics is None:
                 self._ragen2_log({names.PROBE_SKIPPED_TOO_FEW_GROUPS: 1.0})
+            elif probe.last_dtype is not None:  # every process scores alike: one setting, one model
+                self._ragen2_log({dtype_key(probe.last_dtype): 1.0})
         reward_std = float(snr.group_spread(rewards)[1].mean())
         logged, _, stop_on = probe.observe(step, metrics, entropy=self._ragen2_entropy, reward_std=reward_std)
         self._ragen2_log(logged)

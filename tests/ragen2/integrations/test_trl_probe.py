@@ -5,7 +5,7 @@ import torch
 
 import mi_probe
 from mi_probe import CollapseDetectorConfig
-from ragen2.integrations.trl.probe import CollapseProbe, MIProbeArgs, probe_pairs
+from ragen2.integrations.trl.probe import CollapseProbe, MIProbeArgs, dtype_key, probe_pairs
 from tests.tiny import tiny_llama, tiny_tokenizer
 
 PAD = 0
@@ -107,3 +107,31 @@ def test_args_are_checked():
         MIProbeArgs(every=0)
     with pytest.raises(ValueError, match="ema_decay"):
         MIProbeArgs(ema_decay=1.0)
+    with pytest.raises(ValueError, match="dtype"):
+        MIProbeArgs(dtype="bfloat16")
+
+
+def test_the_probe_scores_in_trls_mixed_precision_by_default_and_in_fp32_when_asked(policy):
+    """The default follows the policy: under TRL's bf16 mixed precision it scores in bf16 (MI close to
+    fp32's, not equal), without mixed precision in the weights' fp32; dtype="float32" scores in fp32
+    even under bf16 mixed precision and inside a caller's autocast, and needs fp32 weights."""
+    tensors = (*_left_pad(PROMPTS), *_right_pad(COMPLETIONS))
+    default = CollapseProbe(MIProbeArgs(ks=(1,)), pad_token_id=PAD)
+    assert default.args.dtype == "policy"
+    fp32 = default.measure(policy, *tensors, step=0, mixed_precision="no")
+    assert default.last_dtype == torch.float32
+    bf16 = default.measure(policy, *tensors, step=0, mixed_precision="bf16")
+    assert default.last_dtype == torch.bfloat16
+    assert bf16["mi_estimate"] != fp32["mi_estimate"]
+    assert bf16["mi_estimate"] == pytest.approx(fp32["mi_estimate"], abs=0.05)
+    asked = CollapseProbe(MIProbeArgs(ks=(1,), dtype="float32"), pad_token_id=PAD)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert asked.measure(policy, *tensors, step=0, mixed_precision="bf16") == fp32
+    assert asked.last_dtype == torch.float32
+    low = tiny_llama(tiny_tokenizer("chatml"), seed=1).to(torch.bfloat16)
+    with pytest.raises(ValueError, match="fp32 weights"):
+        asked.measure(low, *tensors, step=0)
+
+
+def test_a_row_names_its_dtype_as_a_number_trl_can_average():
+    assert dtype_key(torch.bfloat16) == "probe/dtype/bfloat16"

@@ -201,6 +201,8 @@ def test_batch_unit_is_the_lcm_of_the_global_batch_and_the_data_parallel_micro_b
     (["model.name=m", "algo.grpo_std_eps=0.01"], Cluster(), "algo.grpo_std_eps=0.01"),
     (["model.name=m", "algo.filter_loss_scaling=sqrt"], Cluster(), "algo.filter_loss_scaling=sqrt"),
     (["model.name=m", "probe.grad_every=5"], Cluster(), "probe.grad_every=5"),
+    # the actor's forward runs in DeepSpeed's bf16: no fp32 copy to score with
+    (["model.name=m", "probe.dtype=float32"], Cluster(), "probe.dtype=float32"),
     (["model.name=m", "optim.loss_scope=micro_batch"], Cluster(), "optim.loss_scope=micro_batch"),
     (["model.name=m", "probe.stop_on_collapse=true"], Cluster(), "probe.stop_on_collapse=true"),
     (["model.name=m", "optim.micro_batch_size=4", "optim.mini_batch_size=16"], Cluster(), "optim.mini_batch_size=16"),

@@ -274,6 +274,7 @@ def test_probe_metrics_from_agent_episodes_match_the_local_probe(actor_and_model
     expected = mi_probe.mi_metrics_both(scores.L, scores.L_sum, scores.owner, column_ids=scores.column_ids)
     for key, value in expected.items():  # float32 scores; the z-scores divide by a small std: rel 1e-4
         assert ours[f"probe/{key}"] == pytest.approx(value, rel=1e-4, abs=1e-5), key
+    assert ours["probe/dtype"] == "bfloat16"  # the engine's actor precision (--ds.param_dtype bf16; this stand-in: fp32)
     # the reply segment: each episode's first reply, whole, after the prompt as sampled
     batch = probe_batch(episodes, 2, tok, "<think>", probe.pad_id)
     _, replies, owners = Probe(ProbeSection(every=1, num_samples=8, segment="reply"), tok).pairs(batch, 0)
