@@ -1,0 +1,77 @@
+"""`ragen2 demos` files in TRL's `SFTTrainer` (docs/warm_start.md, "Other trainers").
+
+    from datasets import load_dataset
+    from trl import SFTConfig, SFTTrainer
+    from ragen2.integrations.trl.sft import training_chat_template
+
+    tokenizer.chat_template = training_chat_template(tokenizer.chat_template)
+    trainer = SFTTrainer(model=model, processing_class=tokenizer,
+                         train_dataset=load_dataset("json", data_files="demos.jsonl", split="train"),
+                         args=SFTConfig(assistant_only_loss=True, max_length=None, ...))
+
+A demos file is TRL's conversational format as it stands (`messages` with system/user/assistant
+roles; TRL ignores the other fields). What it lacks is in the chat template: TRL's
+`assistant_only_loss` reads the `{% generation %}` markers of the template, SmolLM2's ChatML
+template (`ragen2.models.SMOLLM2_CHAT_TEMPLATE`) has none, and TRL 1.16 has no training variant of
+it (`get_training_chat_template` raises). `SMOLLM2_TRAINING_CHAT_TEMPLATE` is that template with
+markers placed where ragen2's rollout puts its response mask, so TRL trains the tokens that
+`ragen2 sft` and an RL update of the same trajectory train:
+
+* inside: each assistant message after its prefilled tag (`<think>` or `<answer>`: a rollout puts
+  the tag in the prompt, rollout.prefill_tag);
+* outside: the tag and the closing `<|im_end|>` (a rollout ends a reply at the `</answer>` stop
+  string, so the end-of-turn token is never sampled; TRL warns that it is untrained, which is
+  meant here).
+
+It renders exactly the text of SmolLM2's template (markers emit nothing), so a model trained with
+it and saved with it prompts as before. `prefill=False` marks whole assistant messages, for
+rollouts run with rollout.prefill_tag=false.
+"""
+
+from __future__ import annotations
+
+from envs.parsing import ANSWER_OPEN, THINK_OPEN
+from ragen2.models import SMOLLM2_CHAT_TEMPLATE
+
+_SYSTEM_DEFAULT = "<|im_start|>system\\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\\n"
+
+
+def _template(prefill: bool) -> str:
+    # The tag a rollout prefills is prompt: it goes before the generation block, not inside it.
+    tag = (f"'{THINK_OPEN}' if content.startswith('{THINK_OPEN}') else "
+           f"('{ANSWER_OPEN}' if content.startswith('{ANSWER_OPEN}') else '')") if prefill else "''"
+    return (
+        "{%- for message in messages %}"
+        "{%- if loop.first and message['role'] != 'system' %}"
+        "{{- '" + _SYSTEM_DEFAULT + "' }}"
+        "{%- endif %}"
+        "{%- if message['role'] == 'assistant' %}"
+        "{%- set content = message['content'] %}"
+        "{%- set tag = " + tag + " %}"
+        "{{- '<|im_start|>assistant\\n' + tag }}"
+        "{%- generation %}{{- content[tag | length:] }}{%- endgeneration %}"
+        "{{- '<|im_end|>\\n' }}"
+        "{%- else %}"
+        "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+        "{%- endif %}"
+        "{%- endfor %}"
+        "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+    )
+
+
+SMOLLM2_TRAINING_CHAT_TEMPLATE = _template(prefill=True)
+SMOLLM2_TRAINING_CHAT_TEMPLATE_NO_PREFILL = _template(prefill=False)
+
+
+def training_chat_template(chat_template: str | None = SMOLLM2_CHAT_TEMPLATE, prefill: bool = True) -> str:
+    """The training template for `chat_template` (SmolLM2's, the bundled model's and ragen2's default).
+
+    Another model's template: TRL's own `trl.chat_template_utils.get_training_chat_template`
+    knows Qwen, Llama 3 and others; it marks the whole assistant message and its end-of-turn
+    token, so the prefilled tag and the end token are trained too."""
+    if chat_template in (SMOLLM2_TRAINING_CHAT_TEMPLATE, SMOLLM2_TRAINING_CHAT_TEMPLATE_NO_PREFILL):
+        chat_template = SMOLLM2_CHAT_TEMPLATE
+    if chat_template != SMOLLM2_CHAT_TEMPLATE:
+        raise ValueError("training_chat_template knows SmolLM2's ChatML template (ragen2.models.SMOLLM2_CHAT_TEMPLATE); "
+                         "for another model use trl.chat_template_utils.get_training_chat_template(tokenizer)")
+    return SMOLLM2_TRAINING_CHAT_TEMPLATE if prefill else SMOLLM2_TRAINING_CHAT_TEMPLATE_NO_PREFILL
