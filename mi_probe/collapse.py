@@ -22,6 +22,11 @@ is back on the healthy side of its threshold):
   ``grad_norm_ratio`` x the median of the previous ``grad_norm_window``
   values (once ``grad_norm_min_history`` are in). A non-finite norm is a spike
   too (and does not enter the history).
+* ``degeneration``: the share of degenerate replies (mi_probe.degeneration: a character,
+  token or short n-gram repeated over most of a reply, or a loop cut by the token budget)
+  at or above ``degenerate_share`` for ``degenerate_patience`` steps in a row. An absolute
+  threshold, not a ratio of an early level: a healthy policy writes almost none (docs/
+  degeneration.md), so there is no baseline to wait for.
 
 Field names follow one vocabulary (snr.StopConfig uses it too): ``<series>_baseline``
 is how many first values make the early level, ``<series>_ratio`` the threshold as a
@@ -45,7 +50,7 @@ __all__ = ["Alert", "CollapseDetector", "CollapseDetectorConfig"]
 
 @dataclass(frozen=True)
 class Alert:
-    kind: str  # "template_collapse" | "reward_std_cliff" | "grad_norm_spike"
+    kind: str  # "template_collapse" | "reward_std_cliff" | "grad_norm_spike" | "degeneration"
     step: int
     message: str
     numbers: dict[str, float] = field(default_factory=dict)
@@ -53,7 +58,7 @@ class Alert:
 
 @dataclass(frozen=True)
 class CollapseDetectorConfig:
-    """Thresholds of the three alarms (see the module doc).
+    """Thresholds of the alarms (see the module doc).
 
     mi_baseline            probes whose mean MI-ZScore-EMA (and entropy) is the early level.
     mi_ratio               template collapse: MI below mi_ratio x its early level, in (0, 1) ...
@@ -66,6 +71,8 @@ class CollapseDetectorConfig:
     grad_norm_ratio        spike: gradient norm above grad_norm_ratio x the running median (> 1).
     grad_norm_window       values in that running median.
     grad_norm_min_history  values needed before spikes are checked.
+    degenerate_share       degeneration: share of degenerate replies at or above this, in (0, 1] ...
+    degenerate_patience    ... for this many steps in a row.
     """
 
     mi_baseline: int = 3
@@ -79,10 +86,12 @@ class CollapseDetectorConfig:
     grad_norm_ratio: float = 5.0
     grad_norm_window: int = 50
     grad_norm_min_history: int = 5
+    degenerate_share: float = 0.25
+    degenerate_patience: int = 2
 
     def __post_init__(self) -> None:
         for name in ("mi_baseline", "mi_patience", "reward_std_baseline", "reward_std_patience", "grad_norm_window",
-                     "grad_norm_min_history"):
+                     "grad_norm_min_history", "degenerate_patience"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
@@ -93,6 +102,9 @@ class CollapseDetectorConfig:
         if not (isinstance(self.grad_norm_ratio, (int, float)) and self.grad_norm_ratio > 1.0
                 and math.isfinite(self.grad_norm_ratio)):
             raise ValueError(f"grad_norm_ratio must be a finite number > 1, got {self.grad_norm_ratio!r}")
+        share = self.degenerate_share
+        if isinstance(share, bool) or not (isinstance(share, (int, float)) and 0.0 < share <= 1.0):
+            raise ValueError(f"degenerate_share must be a fraction in (0, 1], got {share!r}")
         if self.reward_std_reference not in ("max", "early"):
             raise ValueError(f"reward_std_reference must be 'max' or 'early', got {self.reward_std_reference!r}")
         if self.grad_norm_min_history > self.grad_norm_window:
@@ -114,7 +126,7 @@ def _finite(name: str, value: Any, *, non_negative: bool = False) -> float:
 
 
 class CollapseDetector:
-    """Stateful alarm over MI-ZScore-EMA, entropy, reward std and gradient norm."""
+    """Stateful alarm over MI-ZScore-EMA, entropy, reward std, gradient norm and degenerate replies."""
 
     def __init__(self, config: CollapseDetectorConfig | None = None) -> None:
         self.config = config if config is not None else CollapseDetectorConfig()
@@ -134,6 +146,9 @@ class CollapseDetector:
         # grad norm spike
         self._grad_window: deque[float] = deque(maxlen=self.config.grad_norm_window)
         self._grad_armed = True
+        # degeneration
+        self._degen_run = 0
+        self._degen_armed = True
 
     def update(
         self,
@@ -143,6 +158,7 @@ class CollapseDetector:
         entropy: float | None = None,
         reward_std: float | None = None,
         grad_norm: float | None = None,
+        degenerate_fraction: float | None = None,
     ) -> list[Alert]:
         """Feed the values logged at ``step`` (any subset); return the alerts it raises."""
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
@@ -160,6 +176,9 @@ class CollapseDetector:
             raised += self._observe_reward_std(step, _finite("reward_std", reward_std, non_negative=True))
         if grad_norm is not None:
             raised += self._observe_grad_norm(step, grad_norm)
+        if degenerate_fraction is not None:
+            raised += self._observe_degeneration(
+                step, _finite("degenerate_fraction", degenerate_fraction, non_negative=True))
         self.alerts.extend(raised)
         return raised
 
@@ -258,6 +277,22 @@ class CollapseDetector:
         self._grad_window.append(value)
         return alerts
 
+    # -- degeneration ------------------------------------------------------
+    def _observe_degeneration(self, step: int, value: float) -> list[Alert]:
+        cfg = self.config
+        if value < cfg.degenerate_share:
+            self._degen_run, self._degen_armed = 0, True
+            return []
+        self._degen_run += 1
+        if self._degen_run < cfg.degenerate_patience or not self._degen_armed:
+            return []
+        self._degen_armed = False
+        message = (f"degeneration: {value:.3g} of the replies repeat a character, token or short n-gram "
+                   f"(>= {cfg.degenerate_share:g}) for {self._degen_run} steps")
+        return [Alert("degeneration", step, message, {"degenerate_fraction": value,
+                                                      "threshold": cfg.degenerate_share,
+                                                      "consecutive_steps": float(self._degen_run)})]
+
     # -- persistence -------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """JSON-serialisable state (the config is not included: thresholds may change on resume)."""
@@ -269,6 +304,7 @@ class CollapseDetector:
             "reward_std": {"early": list(self._rstd_early), "max": self._rstd_max, "run": self._rstd_run,
                            "armed": self._rstd_armed},
             "grad_norm": {"window": list(self._grad_window), "armed": self._grad_armed},
+            "degeneration": {"run": self._degen_run, "armed": self._degen_armed},
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -287,6 +323,9 @@ class CollapseDetector:
             rstd_run, rstd_armed = int(rstd["run"]), bool(rstd["armed"])
             grad_window = [float(v) for v in grad["window"]]
             grad_armed = bool(grad["armed"])
+            # absent from the states of runs checkpointed before this alarm existed
+            degen = state.get("degeneration", {"run": 0, "armed": True})
+            degen_run, degen_armed = int(degen["run"]), bool(degen["armed"])
         except (KeyError, TypeError, ValueError) as err:
             raise ValueError(f"not a CollapseDetector state dict: {err!r}") from None
         self.last_step, self.alerts = last_step, alerts
@@ -296,3 +335,4 @@ class CollapseDetector:
         self._rstd_run, self._rstd_armed = rstd_run, rstd_armed
         self._grad_window = deque(grad_window, maxlen=self.config.grad_norm_window)
         self._grad_armed = grad_armed
+        self._degen_run, self._degen_armed = degen_run, degen_armed

@@ -37,6 +37,9 @@ ROLLOUT_THINK_TOKENS_MEAN = "rollout/think_tokens_mean"  # tokens inside <think>
 ROLLOUT_THINK_SPAN_FRACTION = "rollout/think_span_fraction"  # share of turns with a closed <think> span
 ROLLOUT_NUM_TRAJECTORIES = "rollout/num_trajectories"  # trajectories (episodes) in the batch
 ROLLOUT_NUM_TOKENS = "rollout/num_tokens"  # tokens of the batch's rows, prompts included
+# share of replies (turns) that are degenerate: a character, token or short n-gram repeated over
+# most of the reply, or a loop the token budget cut (mi_probe.degeneration); the collapse watch reads it
+ROLLOUT_DEGENERATE_FRACTION = "rollout/degenerate_fraction"
 
 # the same fields of the validation rollout (agent_loop.evaluate)
 VAL_REWARD_MEAN = "val/reward_mean"  # also the OpenRLHF engine's mean evaluation reward

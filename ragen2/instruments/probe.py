@@ -50,7 +50,7 @@ from ragen2 import precision
 from ragen2 import seeding
 from ragen2.config import ProbeSection
 
-EARLY_WARNINGS = ("reward_std_cliff", "grad_norm_spike")
+EARLY_WARNINGS = ("reward_std_cliff", "grad_norm_spike", "degeneration")
 # detector input -> the metric keys the trainer logs it under, the first present wins. The reward
 # spread is the filter's own (snr/reward_std_mean: every group, before filtering, with filter.ddof),
 # so the watch sees the spread the filter ranks by; rows without it (a caller's own) give rollout's.
@@ -59,6 +59,7 @@ WATCHED_SERIES = {
     "entropy": (names.ACTOR_ENTROPY,),
     "reward_std": (names.SNR_REWARD_STD_MEAN, names.ROLLOUT_IN_GROUP_REWARD_STD_MEAN),
     "grad_norm": (names.ACTOR_GRAD_NORM,),
+    "degenerate_fraction": (names.ROLLOUT_DEGENERATE_FRACTION,),
 }
 
 
@@ -295,6 +296,7 @@ ALERT_WHY = {
     "reward_std_cliff": "the in-group reward spread fell, so fewer groups carry a learning signal",
     "grad_norm_spike": "one update's gradient norm far exceeded its recent ones",
     "template_collapse": "the MI probe says the output depends less on the input while entropy holds",
+    "degeneration": "the policy repeats characters, tokens or phrases instead of answering (RAGEN #52's '!!!!!!')",
 }
 SHORT_RUN_FACTOR = 3  # a run shorter than this many x (baseline + patience) of a series is too short to judge it
 
@@ -306,6 +308,7 @@ def explain_alert(alert, cfg: ProbeSection, total_steps: int | None) -> str:
     collapse = cfg.collapse
     needed = {"reward_std_cliff": collapse.reward_std_baseline + collapse.reward_std_patience,
               "grad_norm_spike": collapse.grad_norm_window + 1,
+              "degeneration": collapse.degenerate_patience,
               "template_collapse": (collapse.mi_baseline + collapse.mi_patience) * max(cfg.every, 1)}.get(alert.kind)
     if total_steps is not None and needed is not None and total_steps < SHORT_RUN_FACTOR * needed:
         line += (f"; a run of only {total_steps} steps is too short to judge this (the alert rests on "

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import torch
 
 import snr
+from mi_probe.degeneration import degenerate_fraction
 
 from ragen2 import metric_names as names
 
@@ -279,6 +280,8 @@ class RolloutBatch:
             "think_span_fraction": len(thinks) / len(turns) if turns else 0.0,
             "format_ok_fraction": mean([float(t.format_ok[k]) for t, k in turns]),
             "finish_length_fraction": mean([float(r == "length") for r in finish]),
+            "degenerate_fraction": degenerate_fraction(pair for t in trajs for pair in zip(t.response_texts,
+                                                                                          t.finish_reasons)),
             "context_truncated": float(sum(t.context_truncated for t in trajs)),
             "num_trajectories": float(len(trajs)),
             "num_groups": float(len(groups)),
