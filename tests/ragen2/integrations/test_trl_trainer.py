@@ -136,10 +136,15 @@ def test_without_the_filter_the_same_step_moves_the_weights(make_trainer):
     assert any(not torch.equal(value, before[name]) for name, value in _weights(trainer.model).items())
 
 
-def test_the_logged_probe_is_mi_probe_on_the_same_tensors(make_trainer):
+@pytest.mark.parametrize("dtype", ["float32", "policy"])
+def test_the_logged_probe_is_mi_probe_on_the_same_tensors(make_trainer, dtype):
+    """In fp32 the logged probe equals a naive fp32 scoring to 1e-5; by default it scores in TRL's
+    own mixed precision (GRPOConfig's bf16, on by default, here on CPU), within bf16's rounding of
+    it, and each row names the dtype."""
     from ragen2.integrations.trl import MIProbeArgs
 
-    trainer = make_trainer(scripted, mi_probe=MIProbeArgs(every=1, ks=(1,)))
+    trainer = make_trainer(scripted, mi_probe=MIProbeArgs(every=1, ks=(1,), dtype=dtype))
+    assert trainer.accelerator.mixed_precision == "bf16"
     out = trainer._generate_and_score_completions(generation_batch())
     columns, completions, owners = {}, [], []
     for row in range(out["prompt_ids"].shape[0]):
@@ -150,9 +155,14 @@ def test_the_logged_probe_is_mi_probe_on_the_same_tensors(make_trainer):
     expected = mi_probe.mi_metrics_both(scores.L, scores.L_sum, scores.owner, column_ids=scores.column_ids, ks=(1,))
     expected.update(mi_probe.ZScoreEMA(0.9).update(expected))
     logged = trainer._metrics["train"]
-    for key in ("mi_estimate", "mi_zscore", "mi_zscore_ema", "retrieval_accuracy@1", "retrieval_chance_level@1",
-                "retrieval_above_chance@1", "mi_estimate_seq"):
-        assert logged[f"probe/{key}"][-1] == pytest.approx(expected[key], abs=1e-5), key
+    assert logged[f"probe/dtype/{'float32' if dtype == 'float32' else 'bfloat16'}"] == [1.0]
+    if dtype == "float32":
+        for key in ("mi_estimate", "mi_zscore", "mi_zscore_ema", "retrieval_accuracy@1", "retrieval_chance_level@1",
+                    "retrieval_above_chance@1", "mi_estimate_seq"):
+            assert logged[f"probe/{key}"][-1] == pytest.approx(expected[key], abs=1e-5), key
+    else:
+        assert logged["probe/mi_estimate"][-1] != expected["mi_estimate"]  # scored in bf16, not fp32
+        assert logged["probe/mi_estimate"][-1] == pytest.approx(expected["mi_estimate"], abs=0.05)
     assert expected["retrieval_chance_level@1"] == 1 / len(PROMPTS)
 
 
