@@ -208,7 +208,7 @@ class ProbeSection(Section):
     # gradient-norm spike)
     collapse: CollapseDetectorConfig = Field(default_factory=CollapseDetectorConfig)
     stop_on_collapse: bool = False  # stop the run on a template-collapse alert
-    stop_on_early_warning: bool = False  # ... and on a reward-std cliff or gradient-norm spike
+    stop_on_early_warning: bool = False  # ... and on a reward-std cliff, gradient-norm spike or degeneration
 
 
 class OpenRLHFSection(Section):
