@@ -62,6 +62,7 @@ from ragen2.bench.machine import emit_report, machine_info
 from ragen2.config import load_config
 from ragen2.engines.local import learner
 from ragen2.engines.local import trainer
+from ragen2.instruments import probe as probe_lib
 from ragen2.rollout import rollout
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -280,16 +281,32 @@ def whole_steps(cfg, models, repeats: int, restore, off_as_before: bool = False,
             restore()
             cfg.optim.shared_prefix = side == "on"
             run = trainer.setup(cfg, Path(tmp) / f"run-{side}", quiet=True, models=models)
+            probe_cpu: list[float] = []
+            real_measure = probe_lib.Probe.measure
+
+            def measure_timed(self, *args, **kwargs):  # the probe's CPU seconds, beside its logged wall time
+                started = time.process_time()
+                try:
+                    return real_measure(self, *args, **kwargs)
+                finally:
+                    probe_cpu.append(time.process_time() - started)
+
+            probe_lib.Probe.measure = measure_timed
+            cpu = time.process_time()
             try:
                 with side_state(side, models, off_as_before):
                     metrics = trainer.train_step(run).metrics
             finally:
+                step_cpu = time.process_time() - cpu
+                probe_lib.Probe.measure = real_measure
                 run.services.log.close()
             phases = {k.removeprefix(names.TIME).removesuffix("_s"): round(v, 3) for k, v in metrics.items()
                       if k.startswith(names.TIME)}
             if names.PROBE_TIME_S in metrics:
                 phases["probe"] = round(metrics[names.PROBE_TIME_S], 3)
-            return {"phases_s": phases, "reward_mean": metrics.get(names.ROLLOUT_REWARD_MEAN),
+            # CPU seconds of this process: on a shared machine the work, without the waits for a core
+            cpu_phases = {"step": round(step_cpu, 3), **({"probe": round(sum(probe_cpu), 3)} if probe_cpu else {})}
+            return {"phases_s": phases, "cpu_phases_s": cpu_phases, "reward_mean": metrics.get(names.ROLLOUT_REWARD_MEAN),
                     "update_metrics": {k: metrics[k] for k in (names.ACTOR_ENTROPY, names.ACTOR_GRAD_NORM, names.ACTOR_PG_LOSS)
                                        if k in metrics},
                     # what the probe found, to compare the probe's precisions (probe.dtype) on one batch

@@ -79,12 +79,20 @@ def summarise(children: list[dict]) -> dict:
     steps = [run for c in children for run in c["whole_step"][side]]
     best_step = min(steps, key=lambda run: run["phases_s"]["step"])
     step, probe = best_step["phases_s"]["step"], best_step["phases_s"].get("probe", 0.0)
+    # CPU seconds (this process's work, without its waits for a core on a shared machine): the
+    # fewest over the variant's steps, step and probe each
+    cpu_runs = [run["cpu_phases_s"] for run in steps if "cpu_phases_s" in run]
+    cpu_best = {name: min(run[name] for run in cpu_runs) for name in ("step", "probe")
+                if cpu_runs and all(name in run for run in cpu_runs)}
     every = children[0]["config"]["probe_every"]
     return {
         "side": side,
         "phases_best_s": phases,
         "whole_step_best_s": {name: best_step["phases_s"].get(name) for name in STEP_PHASES},
         "step_runs_s": [run["phases_s"]["step"] for run in steps],
+        "whole_step_best_cpu_s": cpu_best,
+        "step_cpu_runs_s": [run["step"] for run in cpu_runs],
+        "probe_cpu_runs_s": [run.get("probe") for run in cpu_runs],
         # Arithmetic on the best step's phases, not measured steps: the probe's share of it, the
         # step when no probe is due, and the mean step of a run probing every `probe.every` steps.
         "probe_share_of_step": round(probe / step, 3),
@@ -107,6 +115,9 @@ def ratios(slow: dict, fast: dict) -> dict:
     out.update({f"whole_step_{name}": ratio(slow["whole_step_best_s"][name], fast["whole_step_best_s"][name])
                 for name in STEP_PHASES})
     out.update({name: ratio(slow[name], fast[name]) for name in ("step_without_probe_s", "mean_step_probe_every_s")})
+    out.update({f"whole_step_{name}_cpu": ratio(slow.get("whole_step_best_cpu_s", {}).get(name),
+                                                 fast.get("whole_step_best_cpu_s", {}).get(name))
+                for name in ("step", "probe")})
     return out
 
 
