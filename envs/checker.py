@@ -5,13 +5,15 @@ seeding (same seed → same instance, different seeds → not all equal), the re
 contract (types, the 5-tuple, budgets, truncation, stepping after the end), determinism of
 whole episodes, rendering, the parser round trip, the format penalty, thread safety, and
 that `step` returns for hostile model output (a step that raises on what a model wrote ends
-a training run: that is a bug of the env, whatever the text).
+a training run: that is a bug of the env, whatever the text), within STEP_CPU_SECONDS of host
+CPU, also on text shaped to make a backtracking regex slow, at the env's longest reply.
 """
 
 from __future__ import annotations
 
 import math
 import threading
+import time
 
 import numpy as np
 
@@ -173,16 +175,72 @@ HOSTILE_TURNS = (
 )
 
 
-def check_hostile_outputs(env: TextEnv, seed: int = 5) -> None:
-    """`step` returns a well-typed 5-tuple for every hostile model output: it never raises."""
-    turns = [format_response([answer], think="hostile") for answer in HOSTILE_ANSWERS] + list(HOSTILE_TURNS)
+# How long a reply can be: an env's token budget (RAGEN-2's max response length, at least
+# MIN_REPLY_TOKENS, above every shipped config's max_new_tokens: 400 in configs/paper) times
+# the longest token of SmolLM2-135M, the default policy (a newline and 80 blanks). DeepCoder's
+# 8,000 tokens are 648,000 characters.
+LONGEST_TOKEN_CHARS = 81
+MIN_REPLY_TOKENS = 1024
+# Host CPU one step may spend on its own work (parsing, answer extraction, reward), not counting
+# a sandbox's runs (an action's info reports those as `sandbox_host_cpu_seconds`; the sandbox's
+# own suite bounds them per run). Measured as process CPU (time.process_time: every thread,
+# none of the waiting), so a busy 2-core CI machine does not fail it by being slow. The costliest
+# steps are DeepCoder's (it compiles a 648,000-character answer for its feedback): figures in
+# docs/sandbox.md (benchmarks/deepcoder_host_cost.py). The bound leaves room over them for a
+# slower CPU, while the quadratic patterns it guards against cost seconds to minutes at these
+# lengths (a fence and 64,000 blanks: 11.85 s).
+STEP_CPU_SECONDS = 1.0
+
+# Runs ended by a character no run continues with, after the openers patterns start with; tokens
+# repeated with nothing closing them. What makes a backtracking regex slow on model output.
+_RUNS = (" ", "\t", "\n", " \t", "9", "x", "-", "*", "`", "{", "<", "|", "é")
+_OPENERS = ("```", "```python", "<think>", "<answer>", "\\boxed{", "**", "*", "answer is", "the", "so", "search",
+            "search[", "click[", "1/", "\\frac{", "$")
+_REPEATS = ("<think>", "</think>", "<answer>", "</answer>", "<think></think>", "```", "```python\n", "``` ",
+            "\\boxed{", "\\boxed{}", "**a", "*a", "search[", "finish[", "answer is ", "the ", "so ", "9,", "1/",
+            "$", "x=", "||", "(", "[", "\\frac{1}{")
+
+
+def max_reply_chars(env: TextEnv) -> int:
+    return max(int(env.ragen_max_words), MIN_REPLY_TOKENS) * LONGEST_TOKEN_CHARS
+
+
+def adversarial_texts(length: int) -> list[str]:
+    """Texts of about `length` characters, each ending in `!`, that no regex here may be slow on."""
+    texts = [run * (length // len(run)) + "!" for run in _RUNS]
+    texts += [opener + run * ((length - len(opener)) // len(run)) + "!" for opener in _OPENERS for run in (" ", "9", "x")]
+    return texts + [token * (length // len(token)) + "!" for token in _REPEATS]
+
+
+def _timed_step(env: TextEnv, text: str):
+    start = time.process_time()
+    try:
+        result = env.step(text)
+    except Exception as error:  # the contract under test: surfaced with the text that broke it
+        raise EnvCheckError(f"{type(env).__name__}: step raised {error!r} on hostile output "
+                            f"{ascii(text[:60])} ({len(text)} chars)") from error
+    spent = time.process_time() - start
+    if isinstance(result, tuple) and len(result) == 5 and isinstance(result[4], dict):
+        spent -= sum(float(action.get("sandbox_host_cpu_seconds", 0.0))
+                     for action in result[4].get("action_infos", ()) if isinstance(action, dict))
+    _require(spent <= STEP_CPU_SECONDS, env, f"step took {spent:.2f} s of host CPU (bound {STEP_CPU_SECONDS} s) "
+             f"on {ascii(text[:60])} ({len(text)} chars)")
+    return result
+
+
+def check_hostile_outputs(env: TextEnv, seed: int = 5, adversarial: bool = True) -> None:
+    """`step` returns a well-typed 5-tuple for every hostile model output, within STEP_CPU_SECONDS
+    of host CPU: it never raises, and no text stalls it. `adversarial`: add adversarial_texts at
+    the env's longest reply, as answers and as whole turns."""
+    answers = list(HOSTILE_ANSWERS)
+    turns = list(HOSTILE_TURNS)
+    if adversarial:
+        shapes = adversarial_texts(max_reply_chars(env))
+        answers, turns = answers + shapes, turns + shapes
+    turns = [format_response([answer], think="hostile") for answer in answers] + turns
     env.reset(seed=seed)
     for number, text in enumerate(turns):
-        try:
-            result = env.step(text)
-        except Exception as error:  # the contract under test: surfaced with the text that broke it
-            raise EnvCheckError(f"{type(env).__name__}: step raised {error!r} on hostile output "
-                                f"{ascii(text[:60])} ({len(text)} chars)") from error
+        result = _timed_step(env, text)
         _require(isinstance(result, tuple) and len(result) == 5, env, "step must return a 5-tuple")
         obs, reward, terminated, truncated, info = result
         _require(isinstance(obs, str) and isinstance(info, dict), env, "step must return a str observation and info")

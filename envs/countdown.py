@@ -61,7 +61,9 @@ class EvaluatedExpression:
     stated_result: int | None = None  # N from a trailing "= N"
 
 
-_TOKENS = re.compile(r"(\s+)|([0-9]+)|([-+*/()]+)|(.)", re.DOTALL)  # runs, so long inputs stay fast
+# Runs, so long inputs stay fast; possessive, so a run is never re-split (each class is disjoint from
+# the next, so no match changes): one pass over model output.
+_TOKENS = re.compile(r"(\s++)|([0-9]++)|([-+*/()]++)|(.)", re.DOTALL)
 _ALIAS_TABLE = str.maketrans(_OPERATOR_ALIASES)
 
 

@@ -76,6 +76,7 @@ class TestOutcome:
     #               | sandbox_error | judge_error
     message: str  # for the host (info, verbose feedback): may quote the program and the test
     cpu_seconds: float = 0.0
+    host_cpu_seconds: float = 0.0  # what the run cost the host (SandboxResult.host_cpu_seconds)
 
     @property
     def passed(self) -> bool:

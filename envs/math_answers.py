@@ -21,16 +21,18 @@ from fractions import Fraction
 ANSWER_MARKER = "The answer is:"
 SCORING_MODES = ("strict", "math")
 # \d and [a-z] are ASCII-only (re.ASCII): Fraction must never see other scripts' digits.
+# All are anchored (match / fullmatch) or one class (sub): linear on model output; the digit
+# runs are possessive besides (what follows each run is never a digit, so no match changes).
 # A final answer is short; longer text is only compared strictly, which keeps the
 # peeling loop and the number parsing cheap on hostile megabyte answers.
 MAX_MATH_ANSWER_CHARS = 1000
 
 _WHITESPACE = re.compile(r"\s+")
-_INTEGER = re.compile(r"[+-]?\d+", re.ASCII)
-_THOUSANDS = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?", re.ASCII)
-_DECIMAL = re.compile(r"[+-]?(?:\d+\.\d*|\.\d+)", re.ASCII)
-_SLASH_FRACTION = re.compile(r"([+-]?\d+)/(\d+)", re.ASCII)
-_LATEX_FRACTION = re.compile(r"([+-]?)\\frac\{([+-]?\d+(?:\.\d+)?)\}\{(\d+(?:\.\d+)?)\}", re.ASCII)
+_INTEGER = re.compile(r"[+-]?\d++", re.ASCII)
+_THOUSANDS = re.compile(r"[+-]?\d{1,3}+(?:,\d{3})++(?:\.\d++)?", re.ASCII)
+_DECIMAL = re.compile(r"[+-]?(?:\d++\.\d*+|\.\d++)", re.ASCII)
+_SLASH_FRACTION = re.compile(r"([+-]?\d++)/(\d++)", re.ASCII)
+_LATEX_FRACTION = re.compile(r"([+-]?)\\frac\{([+-]?\d++(?:\.\d++)?)\}\{(\d++(?:\.\d++)?)\}", re.ASCII)
 _LATEX_SHORT_FRACTION = re.compile(r"([+-]?)\\frac(\d)(\d)", re.ASCII)  # \frac12
 _ASSIGNMENT = re.compile(r"[a-z]=(?=.)", re.ASCII)  # "x=5" → "5"
 # A currency sign before the number ("$18", "-$5"). Any other `$` is kept: only delimiting

@@ -21,7 +21,7 @@ STOP_STRINGS = (ANSWER_CLOSE,)
 # A `||` storm can produce millions of pieces; `info` keeps the first few and a count.
 MAX_DROPPED_RECORDED = 16
 MAX_RECORDED_CHARS = 200
-_WHITESPACE = re.compile(r"\s*")
+_WHITESPACE = re.compile(r"\s*+")  # matched at one position only
 
 
 def prefill_tag(require_think: bool) -> str:

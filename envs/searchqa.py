@@ -98,34 +98,67 @@ def answer_reward(prediction: str, gold: str, f1_threshold: float = 0.3) -> tupl
 
 # --- actions --------------------------------------------------------------------------
 
-_ACTION = re.compile(r"(search|finish)\s*\[(.*)\]", re.IGNORECASE | re.DOTALL)
+_ACTION = re.compile(r"(search|finish)\s*+\[(.*)\]", re.IGNORECASE | re.DOTALL)  # fullmatch only: one start
 
 
-# RAGEN-2's Search env (from rllm) reads an answer out of free text in this order.
-_THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL)
-_BOXED = re.compile(r"\\boxed\{([^}]+)\}")
-_BOLD = (re.compile(r"\*\*([^*]+)\*\*"), re.compile(r"\*([^*]+)\*"))
-_STATED = (re.compile(r"(?:the\s+)?(?:correct\s+)?answer\s+is\s*:?\s*([^.!?]+)", re.IGNORECASE),
-           re.compile(r"(?:therefore|thus|so|hence)\s*,?\s*([^.!?]+)", re.IGNORECASE))  # no \b: "also" counts
+# RAGEN-2's Search env (from rllm) reads an answer out of free text in this order. Its
+# `<think>.*?</think>`, `\\boxed\{([^}]+)\}` and `^\W+|\W+$` are quadratic on model output (every
+# unclosed `<think>` or `\boxed{`, every position of a non-word run, rescans to the end): those
+# three are str.find / anchored scans below with the same results. The rest are linear: a run is
+# possessive where the next piece cannot match its class (so no match changes), and each start's
+# scan stops at the next `*` or at the first match.
+_BOLD = (re.compile(r"\*\*([^*]++)\*\*"), re.compile(r"\*([^*]++)\*"))
+_STATED = (re.compile(r"(?:the\s++)?(?:correct\s++)?answer\s++is\s*:?\s*([^.!?]++)", re.IGNORECASE),
+           re.compile(r"(?:therefore|thus|so|hence)\s*,?\s*([^.!?]++)", re.IGNORECASE))  # no \b: "also" counts
+_NON_WORD_RUN = re.compile(r"\W*+")
+
+
+def _drop_think_blocks(text: str) -> str:
+    """re.sub(r"<think>.*?</think>", "", text, flags=re.DOTALL), in one pass."""
+    kept, at = [], 0
+    while (start := text.find("<think>", at)) >= 0 and (end := text.find("</think>", start + 7)) >= 0:
+        kept.append(text[at:start])
+        at = end + 8
+    return "".join(kept) + text[at:]
+
+
+def _boxed(text: str) -> str | None:
+    r"""Group 1 of re.search(r"\\boxed\{([^}]+)\}", text): the first non-empty \boxed{…} body."""
+    start = text.find("\\boxed{")
+    while start >= 0:
+        close = text.find("}", start + 7)
+        if close < 0:  # no later start can close either
+            return None
+        if close > start + 7:
+            return text[start + 7:close]
+        start = text.find("\\boxed{", start + 1)
+    return None
+
+
+def _strip_non_word(text: str) -> str:
+    r"""re.sub(r"^\W+|\W+$", "", text) for text without a trailing newline (ours is stripped)."""
+    head = _NON_WORD_RUN.match(text).end()
+    tail = _NON_WORD_RUN.match(text[::-1]).end()
+    return text[head:len(text) - tail] if head < len(text) else ""
 
 
 def free_text_answer(text: str) -> str:
     """The answer in text that is not `finish[…]`: \\boxed{…}, else bold, else "the answer is …" /
     "so …" (over 3 characters), else the first sentence over 5 characters, else the first 100."""
-    text = re.sub(r"\s+", " ", _THINK_BLOCK.sub("", text.strip())).strip()
+    text = re.sub(r"\s+", " ", _drop_think_blocks(text.strip())).strip()
     if not text:
         return ""
-    boxed = _BOXED.search(text)
-    if boxed:
-        return boxed.group(1).strip()
+    boxed = _boxed(text)
+    if boxed is not None:
+        return boxed.strip()
     for pattern in _BOLD:
-        found = [m.strip() for m in pattern.findall(text) if len(m.strip()) > 2 and not re.match(r"^[^\w]*$", m.strip())]
+        found = [m.strip() for m in pattern.findall(text) if len(m.strip()) > 2 and not re.match(r"[^\w]*+$", m.strip())]
         if found:
             return found[0]
     for pattern in _STATED:
         match = pattern.search(text)
         if match:
-            answer = re.sub(r"^\W+|\W+$", "", match.group(1).strip())
+            answer = _strip_non_word(match.group(1).strip())
             if len(answer) > 3:
                 return answer
     sentences = [part.strip() for part in re.split(r"[.!?]+", text) if len(part.strip()) > 5]

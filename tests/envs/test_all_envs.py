@@ -1,6 +1,8 @@
 """Every registered env keeps the same contract: the checker, and hostile model output."""
 
 import math
+import re
+import time
 
 import numpy as np
 import pytest
@@ -9,6 +11,7 @@ from hypothesis import strategies as st
 
 import envs
 from envs.base import ActionOutcome, EnvConfig, TextEnv
+from envs import checker
 from envs.checker import EnvCheckError, check_hostile_outputs
 from envs.parsing import format_response
 
@@ -49,6 +52,36 @@ class FragileEnv(TextEnv):
 def test_the_checker_fails_an_env_whose_step_raises_on_model_output():
     with pytest.raises(EnvCheckError, match=r"FragileEnv: step raised UnicodeEncodeError.*hostile output"):
         check_hostile_outputs(FragileEnv(EnvConfig(max_actions_per_traj=3)))
+
+
+class QuadraticEnv(FragileEnv):
+    """Acts with DeepCoder's fence regex as it was (quadratic on a fence and a blank run)."""
+
+    old_fence = re.compile(r"```[ \t]*[A-Za-z0-9_+-]*[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL)
+
+    def _apply_action(self, action: str) -> ActionOutcome:
+        self.old_fence.findall(action[:20_000])  # about 0.2 s on a fence and 20,000 blanks; linear: 0.1 ms
+        return ActionOutcome(reward=0.0, terminated=True)
+
+
+class SandboxedEnv(FragileEnv):
+    """Spends host CPU on its first action and reports it as a sandbox's, as DeepCoder does."""
+
+    spent = False
+
+    def _apply_action(self, action: str) -> ActionOutcome:
+        start, burned = time.process_time(), 0.0
+        while not SandboxedEnv.spent and burned < 0.2:
+            burned = time.process_time() - start
+        SandboxedEnv.spent = True
+        return ActionOutcome(reward=0.0, terminated=True, info={"sandbox_host_cpu_seconds": burned})
+
+
+def test_the_checker_fails_an_env_whose_step_is_slow_on_adversarial_text(monkeypatch):
+    monkeypatch.setattr(checker, "STEP_CPU_SECONDS", 0.05)
+    with pytest.raises(EnvCheckError, match=r"QuadraticEnv: step took .* of host CPU \(bound 0.05 s\) on '.*```"):
+        check_hostile_outputs(QuadraticEnv(EnvConfig(max_actions_per_traj=3)))
+    check_hostile_outputs(SandboxedEnv(EnvConfig(max_actions_per_traj=3)))  # a sandbox's CPU is not the step's
 
 
 @pytest.mark.parametrize("name", ALL_ENVS)
