@@ -106,6 +106,9 @@ SNR_GROUPS_TOTAL = "snr/groups_total"  # groups the filter ranked
 # mean in-group reward std with filter.ddof, before the filter (snr.stopping.SPREAD_METRIC)
 SNR_REWARD_STD_MEAN = "snr/reward_std_mean"
 SNR_KEPT_REWARD_STD_MEAN = "snr/kept_reward_std_mean"  # the same over the kept groups
+SNR_REWARD_STD_MAX = "snr/reward_std_max"  # the largest in-group reward std, before the filter (0: every group flat)
+# groups whose filter.signal values (the rewards, by default) are all equal: no spread, no task signal
+SNR_ZERO_SPREAD_GROUPS = "snr/zero_spread_groups"
 
 # -- the MI probe (keys of mi_probe's estimators and EMA, under PROBE) ------------------------
 PROBE_MI_ESTIMATE = "probe/mi_estimate"  # MI of reasoning and prompt, mean token log-probs (nats)

@@ -11,6 +11,16 @@ phase ends, so finished steps stay as plain lines. Off under --quiet, and when s
 is not a terminal (a log file gets step lines only). The ETA is elapsed / done x remaining,
 with `done` in the phase's natural unit: turns (a turn's share from its sampled tokens; timed
 from the first sampled token, see `rollout`) or micro-batches.
+
+Given the run's plan (`LiveLine(total_steps=N, first_step=S)`, S > 0 on a resume) the line also
+gives the whole run's: `step 3/10 | run ETA 12:30`. A training step starts with its "rollout"
+phase, so the time between two such starts is one whole step (update, validation, checkpoint
+included); the run's remainder is what is left of this step (the mean step less its elapsed
+time, or this phase's ETA if longer) plus the mean step for each step after it. Before a step
+has finished there is no mean: the line says `run ETA > X`, the estimate that takes each later
+step to be as long as this one's elapsed time plus this phase's ETA (before training, only the
+phase's ETA). Why: a phase's ETA alone reads as the
+run's, and a one-step CPU run spends most of its time in the other phases (issue 49, item 6).
 """
 
 from __future__ import annotations
@@ -64,12 +74,15 @@ MIN_PACE = 0.05  # share of a phase sampled since the first report before its pa
 class LiveLine:
     """One transient status line; every method is a no-op when disabled."""
 
-    def __init__(self, enabled: bool = False, stream=None, clock=time.perf_counter):
+    def __init__(self, enabled: bool = False, stream=None, clock=time.perf_counter,
+                 total_steps: int | None = None, first_step: int = 0):
         self.enabled, self.clock = enabled, clock
         self.stream = stream if stream is not None else sys.stderr
         self._live = None
         self._started = clock()
         self.last_text = ""  # what was last drawn (tests read it)
+        self.total_steps, self.first_step = total_steps, first_step  # the run's plan; None: no run ETA
+        self._step_starts: list[float] = []  # when each training step of this process started
 
     @staticmethod
     def wanted(quiet: bool) -> bool:
@@ -105,7 +118,26 @@ class LiveLine:
 
     def _eta_text(self, fraction: float) -> str:
         left = eta(self.clock() - self._started, fraction)
-        return "ETA --:--" if left is None else f"ETA {format_eta(left)}"
+        return ("ETA --:--" if left is None else f"ETA {format_eta(left)}") + self._run_text(left)
+
+    def _run_text(self, phase_left: float | None) -> str:
+        """` | step i/N | run ETA h:mm:ss` from the finished steps' mean and this phase (module doc)."""
+        if self.total_steps is None:
+            return ""
+        starts, now = self._step_starts, self.clock()
+        if not starts:  # validation before training: no step has a time yet, only this phase's
+            left = "--:--" if phase_left is None else f"> {format_eta(phase_left)}"
+            return f" | before step {self.first_step + 1}/{self.total_steps} | run ETA {left}"
+        index = self.first_step + len(starts) - 1
+        after, so_far = self.total_steps - index - 1, now - starts[-1]
+        head = f" | step {index + 1}/{self.total_steps}"
+        if len(starts) >= 2:
+            mean = (starts[-1] - starts[0]) / (len(starts) - 1)
+            this_step = max(mean - so_far, phase_left or 0.0)
+            return f"{head} | run ETA {format_eta(this_step + max(after, 0) * mean)}"
+        if phase_left is None:
+            return f"{head} | run ETA --:--"
+        return f"{head} | run ETA > {format_eta(phase_left + max(after, 0) * (so_far + phase_left))}"
 
     # --- callbacks for the phases -------------------------------------------------------------
 
@@ -116,6 +148,8 @@ class LiveLine:
         the phase's start, a slow prefill over the first token's share read as the pace of the whole
         phase (a 12-minute Sokoban step's first ETA was 1:17:21). Later turns' prefills are in it."""
         self.begin()
+        if phase == "rollout" and self.total_steps is not None:  # a training step begins with its rollout
+            self._step_starts.append(self._started)
         last, origin = [0.0], []  # origin: (time, fraction) of the first report
 
         def report(p: RolloutProgress) -> None:
@@ -134,7 +168,8 @@ class LiveLine:
             since, at = origin[0]
             done = p.fraction - at
             left = eta(now - since, done / (1 - at)) if done >= MIN_PACE and at < 1 else None
-            self._draw(f"{head} | {rate:.0f} tok/s | " + ("ETA --:--" if left is None else f"ETA {format_eta(left)}"))
+            self._draw(f"{head} | {rate:.0f} tok/s | " + ("ETA --:--" if left is None else f"ETA {format_eta(left)}")
+                       + self._run_text(left))
 
         return report
 

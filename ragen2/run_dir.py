@@ -330,6 +330,18 @@ STEP_PARTS = (("rollout", names.TIME_ROLLOUT_S), ("probe", names.PROBE_TIME_S), 
               ("val", names.TIME_VALIDATION_S))
 
 
+def _spread_note(m: dict) -> str:
+    """` (S with spread)` when some groups are flat; `: no learning signal` when every group's rewards
+    are equal and the update still ran: "kept 2/2" alone read as a healthy step (issue 49, item 6)."""
+    flat, total = m.get(names.SNR_ZERO_SPREAD_GROUPS), m.get(names.SNR_GROUPS_TOTAL)
+    if flat is None or total is None or flat <= 0:
+        return ""
+    spread = int(total) - int(flat)
+    # filter.signal=success counts success spread; rewards can still differ (format penalties)
+    silent = spread == 0 and not m.get(names.SNR_SKIPPED) and m.get(names.SNR_REWARD_STD_MAX, 0.0) <= 0
+    return f" ({spread} with spread{': no learning signal' if silent else ''})"
+
+
 class RunLog:
     """The local engine's writer: metrics, completions and events files, wandb and TensorBoard when
     asked for, and a one-line progress display."""
@@ -389,7 +401,8 @@ class RunLog:
             parts.append(f"success {m.get(names.ROLLOUT_SUCCESS_RATE, 0):.2f}")
             parts.append(f"format {m.get(names.ROLLOUT_FORMAT_OK_FRACTION, 0):.2f}")
         if names.SNR_GROUPS_KEPT in m:
-            parts.append(f"kept {int(m[names.SNR_GROUPS_KEPT])}/{int(m[names.SNR_GROUPS_TOTAL])}")
+            parts.append(f"kept {int(m[names.SNR_GROUPS_KEPT])}/{int(m[names.SNR_GROUPS_TOTAL])}"
+                         + _spread_note(m))
         if m.get(names.SNR_SKIPPED):
             parts.append("SKIPPED")
         if names.VAL_SUCCESS_RATE in m:

@@ -259,7 +259,8 @@ def setup(cfg: Config, run_dir: Path, resume: bool = False, quiet: bool = False,
                  use_wandb=cfg.trainer.wandb, use_tensorboard=cfg.trainer.tensorboard, quiet=quiet,
                  print_completions=cfg.trainer.print_completions)
     services = RunServices(models, optimizers, make_env, make_val_env, log, dir_guard, Interrupts(quiet=quiet),
-                           LiveLine(enabled=LiveLine.wanted(quiet)))
+                           LiveLine(enabled=LiveLine.wanted(quiet), total_steps=cfg.trainer.total_steps,
+                                    first_step=state.step))  # the plan: the live line's whole-run ETA
     for choice in choices:
         log.event("precision", message=choice.describe(), dtype=choice.dtype)
     log.event("heap", message=heap.state())
