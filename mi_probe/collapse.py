@@ -1,6 +1,6 @@
 """Collapse alerts from logged training series, fed one step at a time.
 
-Three alarms, each firing once per excursion (it re-arms only after the series
+Four alarms, each firing once per excursion (it re-arms only after the series
 is back on the healthy side of its threshold):
 
 * ``template_collapse``: MI-ZScore-EMA stays below ``mi_ratio`` x its early
