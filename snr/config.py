@@ -98,7 +98,8 @@ class FilterConfig:
     A field set to a value other than its default that the strategy does not read is refused
     (strategy none with value 0.5 would otherwise keep every group without a word): value,
     metric, order, include_zero and signal are read by every strategy but none; top_p_mode
-    by top_p; eps by top_p in linear mode. ddof is read by every strategy (the metrics too).
+    by top_p; eps by top_p in linear mode; signal not by metric given with include_zero true
+    (the caller's scores rank). ddof is read by every strategy (the metrics too).
 
     The default keeps every group (no filter: the training config's default too).
     RAGEN-2's recommended filter, linear top-p 0.9 on the reward variance with
@@ -145,26 +146,30 @@ class FilterConfig:
         if ignored:
             raise FilterConfigError("; ".join(ignored))
 
-    def _reader(self, name: str) -> str | None:
-        """Who reads field `name` when this strategy does not (for the refusal), else None."""
-        if name in ("value", "metric", "order", "include_zero", "signal") and self.strategy == "none":
-            return f"strategy {', '.join(FILTERING[:-1])} or {FILTERING[-1]}"
-        if name == "top_p_mode" and self.strategy != "top_p":
-            return "strategy top_p"
-        if name == "eps" and (self.strategy != "top_p" or self.top_p_mode != "linear"):
-            return "strategy top_p with top_p_mode linear"
-        return None
-
-    def _ignored_settings(self) -> list[str]:
-        """One clause per field set away from its default that this strategy does not read."""
+    def _reader(self, name: str) -> tuple[str, str] | None:
+        """(what ignores field `name` here, what would read it) when this config does not read
+        it, else None."""
         chosen = {"none": "strategy none, which keeps every group"}.get(self.strategy, f"strategy {self.strategy}")
         if self.strategy == "top_p":
             chosen += f" with top_p_mode {self.top_p_mode}"
+        if name in ("value", "metric", "order", "include_zero", "signal") and self.strategy == "none":
+            return chosen, f"strategy {', '.join(FILTERING[:-1])} or {FILTERING[-1]}"
+        if name == "top_p_mode" and self.strategy != "top_p":
+            return chosen, "strategy top_p"
+        if name == "eps" and (self.strategy != "top_p" or self.top_p_mode != "linear"):
+            return chosen, "strategy top_p with top_p_mode linear"
+        if name == "signal" and self.metric == "given" and self.include_zero:
+            # caller scores rank the groups; the signal's spread would only decide the zero-spread drop
+            return "metric given with include_zero true", "metric reward_variance or reward_std, or include_zero false"
+        return None
+
+    def _ignored_settings(self) -> list[str]:
+        """One clause per field set away from its default that this config does not read."""
         out = []
         for f in fields(self):
             value, reader = getattr(self, f.name), self._reader(f.name)
             if reader is not None and value != f.default:
-                out.append(f"{f.name}={_show(value)} is ignored by {chosen}; it is read by {reader}")
+                out.append(f"{f.name}={_show(value)} is ignored by {reader[0]}; it is read by {reader[1]}")
         if not self.include_zero and self.strategy == "none":
             out.append("to drop only zero-spread groups use strategy top_p with value 1.0 and include_zero false")
         return out

@@ -57,6 +57,17 @@ def test_eps_is_refused_under_softmax_top_p_and_read_under_linear():
     assert FilterConfig(strategy="top_p", value=0.9, eps=0.05).eps == 0.05
 
 
+def test_signal_is_refused_where_caller_scores_rank_and_no_group_is_dropped():
+    with pytest.raises(FilterConfigError, match="^signal=success is ignored by metric given with include_zero true; "
+                                                "it is read by metric reward_variance or reward_std"):
+        FilterConfig(strategy="top_k", value=0.5, metric="given", signal="success")
+    # with include_zero false the signal's spread decides which groups are dropped
+    cfg = FilterConfig(strategy="top_k", value=0.5, metric="given", include_zero=False, signal="success")
+    sel = select_groups(torch.tensor([[0.0, 1.0], [0.0, 1.0]]), cfg, scores=torch.tensor([2.0, 1.0]),
+                        signal=torch.tensor([[1.0, 1.0], [0.0, 1.0]]))
+    assert sel.kept.tolist() == [1]  # group 0 scores higher but has no outcome spread
+
+
 def test_several_ignored_fields_are_named_in_one_line():
     with pytest.raises(FilterConfigError) as error:
         FilterConfig(strategy="top_k", value=0.5, top_p_mode="softmax", eps=0.05)
