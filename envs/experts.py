@@ -37,6 +37,8 @@ Guarantees, per env:
   then `finish[gold answer]` once the last is shown, or at once on its last action.
 - DeepCoder: the problem's reference solution, where the data has one (NoExpertError if not).
 WebShop has none.
+An env of your own: override `TextEnv.expert_turn(self, turns_left=None) -> ExpertTurn` on its class
+(docs/custom_env.md, "Warm-start it"); `expert_turn(env)` and `has_expert` use it before the table.
 """
 
 from __future__ import annotations
@@ -77,6 +79,11 @@ def _moves(n: int) -> str:
     return f"{n} move" if n == 1 else f"{n} moves"
 
 
+def _listed(moves: list[str], shown: int = 2) -> str:
+    """The first `shown` moves of a plan (the rest as "…"): a plan can be longer than a turn's tokens."""
+    return ", ".join(moves[:shown]) + (", …" if len(moves) > shown else "")
+
+
 def _budget(env: TextEnv) -> int:
     return min(env.config.max_actions_per_turn, env.actions_left)
 
@@ -92,17 +99,19 @@ def _sokoban_turn(env, turns_left: int | None) -> ExpertTurn:
     where = lambda cell: divmod(cell, dim_y)  # noqa: E731
     loose = sorted(where(b) for b in env.boxes if env.fixed[b] != TARGET)
     free = sorted(where(c) for c, kind in enumerate(env.fixed) if kind == TARGET and c not in env.boxes)
-    facts = f"I am at {_cell(where(env.player))}. "
-    facts += (f"The box at {_cell(loose[0])} goes to the target at {_cell(free[0])}. " if len(loose) == 1
-              else f"Boxes off target: {_cells(loose)}; empty targets: {_cells(free)}. ")
+    # Short on purpose: the reasoning and the answer must fit a CPU rollout's turn (48 tokens of the
+    # bundled model in the presets), or a policy could never sample the demo it was trained on.
+    facts = f"At {_cell(where(env.player))}. "
+    facts += (f"Box {_cell(loose[0])} to {_cell(free[0])}. " if len(loose) == 1
+              else f"Boxes {_cells(loose)} to {_cells(free)}. ")
     plan = shortest_solution(env.fixed, dim_y, env.boxes, env.player, max_depth=left)
     if plan is not None:
         moves = [ACTIONS[d] for d in plan]
-        text = f"The shortest solution takes {_moves(len(moves))}: {', '.join(moves)}."
+        text = f"Plan: {_listed(moves)}."
     else:
         plan = shortest_solution(env.fixed, dim_y, env.boxes, env.player)
         if plan is not None:
-            text = f"The shortest solution takes {_moves(len(plan))}, more than the {left} I have; I start it."
+            text = f"Needs {_moves(len(plan))}, more than the {left} I have."
         else:  # a box is stuck: no move helps, so take any move that changes the room
             plan = next(((d,) for d, step in enumerate((-dim_y, dim_y, -1, 1))
                          if env.fixed[env.player + step] != WALL and (env.player + step not in env.boxes or (
@@ -251,16 +260,14 @@ def _lake_turn(env, turns_left: int | None) -> ExpertTurn:
     (r, c), names = env.player_position, [ACTIONS[a] for a in actions]
     holes = [(r + dr, c + dc) for dr, dc in ((-1, 0), (1, 0), (0, -1), (0, 1))
              if 0 <= r + dr < len(env.map) and 0 <= c + dc < cols and env.map[r + dr][c + dc] == "H"]
-    text = f"I am at {_cell((r, c))} and the goal is at {_cell(goal)}. "
+    # Short on purpose (see _sokoban_turn): positions read off the grid, then the plan.
+    text = f"At {_cell((r, c))}, goal {_cell(goal)}. "
     if holes:
-        text += f"Holes next to me: {_cells(holes)}. "
+        text += f"Holes {_cells(holes)}. "
     if path is not None and p > 0:
-        text += f"The shortest safe path is {', '.join(ACTIONS[a] for a in path)}."
+        text += f"Path: {_listed([ACTIONS[a] for a in path])}."
     elif p > 0:
-        chance = f"{p:.0%}" if p >= 1 or f"{p:.0%}" != "100%" else "over 99%"  # never claim certainty wrongly
-        within = (_moves(env.actions_left) if turns_left is None or turns_left >= env.actions_left
-                  else f"{turns_left} turns" if turns_left > 1 else "this turn")
-        text += f"{', '.join(names)} gives the best chance, {chance}, to reach the goal in {within}."
+        text += f"Safest: {', '.join(names)}."
     else:
         text += f"The goal cannot be reached within {_moves(env.actions_left)}; I try {', '.join(names)}."
     return ExpertTurn(tuple(names), text)
@@ -371,9 +378,32 @@ _EXPERTS = (
 )
 
 
+def _own_expert(env_cls: type):
+    """The class's own `expert_turn` (TextEnv's hook for an env of your own), where it overrides
+    TextEnv's default (which comes back here); it takes precedence over the table above."""
+    method = getattr(env_cls, "expert_turn", None)
+    if method is None or method is TextEnv.expert_turn:
+        return None
+    import inspect
+
+    takes_turns = "turns_left" in inspect.signature(method).parameters  # `def expert_turn(self)` is fine too
+
+    def expert(env, turns_left):
+        turn = method(env, turns_left=turns_left) if takes_turns else method(env)
+        if not isinstance(turn, ExpertTurn) or isinstance(turn.actions, str):
+            raise TypeError(f"{env_cls.__name__}.expert_turn returned {turn!r}: return "
+                            "envs.experts.ExpertTurn(actions=(action, ...), grounded=text)")
+        return turn
+
+    return expert
+
+
 def _expert_for(env_cls: type):
     import importlib
 
+    own = _own_expert(env_cls)
+    if own is not None:
+        return own
     for module, name, expert in _EXPERTS:
         if issubclass(env_cls, getattr(importlib.import_module(module), name)):
             return expert
@@ -397,7 +427,8 @@ def expert_turn(env: TextEnv, *, turns_left: int | None = None) -> ExpertTurn:
     expert = _expert_for(type(env))
     if expert is None:
         known = ", ".join(name for _, name, _ in _EXPERTS)
-        raise NoExpertError(f"{type(env).__name__} has no expert policy; experts exist for: {known}")
+        raise NoExpertError(f"{type(env).__name__} has no expert policy; experts exist for: {known}; "
+                            "an env of your own: override its expert_turn (docs/custom_env.md)")
     if env.episode_over:
         raise EpisodeOverError("the episode is over (or never started): call reset() before expert_turn()")
     if turns_left is not None and turns_left < 1:

@@ -242,11 +242,11 @@ def test_grounded_text_states_what_the_observation_shows():
     env = envs.make("frozen_lake", success_rate=1.0, fixed_map=("SFH", "FFF", "HFG"))
     env.reset(seed=0)
     turn = expert_turn(env)
-    assert turn.grounded.startswith("I am at (0, 0) and the goal is at (2, 2).")
+    assert turn.grounded.startswith("At (0, 0), goal (2, 2).")
     assert turn.actions == ("Down", "Right") or turn.actions == ("Right", "Down")
     env = envs.make("sokoban")
     env.load_room(["######", "#P___#", "#_X__#", "#___O#", "######"])
-    assert expert_turn(env).grounded.startswith("I am at (1, 1). The box at (2, 2) goes to the target at (3, 4).")
+    assert expert_turn(env).grounded.startswith("At (1, 1). Box (2, 2) to (3, 4).")
 
 
 def test_has_expert_and_no_expert_error():
