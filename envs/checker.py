@@ -5,8 +5,8 @@ seeding (same seed → same instance, different seeds → not all equal), the re
 contract (types, the 5-tuple, budgets, truncation, stepping after the end), determinism of
 whole episodes, rendering, the parser round trip, the format penalty, thread safety, and
 that `step` returns for hostile model output (a step that raises on what a model wrote ends
-a training run: that is a bug of the env, whatever the text), within STEP_CPU_SECONDS of host
-CPU, also on text shaped to make a backtracking regex slow, at the env's longest reply.
+a training run: that is a bug of the env, whatever the text), within a host-CPU budget linear in
+the text's length, also on text shaped to make a backtracking regex slow, at the env's longest reply.
 """
 
 from __future__ import annotations
@@ -183,13 +183,16 @@ LONGEST_TOKEN_CHARS = 81
 MIN_REPLY_TOKENS = 1024
 # Host CPU one step may spend on its own work (parsing, answer extraction, reward), not counting
 # a sandbox's runs (an action's info reports those as `sandbox_host_cpu_seconds`; the sandbox's
-# own suite bounds them per run). Measured as process CPU (time.process_time: every thread,
-# none of the waiting), so a busy 2-core CI machine does not fail it by being slow. The costliest
-# steps are DeepCoder's (it compiles a 648,000-character answer for its feedback): figures in
-# docs/sandbox.md (benchmarks/deepcoder_host_cost.py). The bound leaves room over them for a
-# slower CPU, while the quadratic patterns it guards against cost seconds to minutes at these
+# own suite bounds them per run): STEP_CPU_SECONDS plus STEP_CPU_SECONDS_PER_MILLION_CHARS for
+# each million characters of the turn, a linear budget. Measured as process CPU
+# (time.process_time: every thread, none of the waiting), so a busy 2-core CI machine does not
+# fail it by being slow. DeepCoder's costliest adversarial answer (648,000 characters) costs it
+# 14 ms (docs/benchmarks/deepcoder_host_cost.json) against a bound of 0.37 s; the per-character
+# allowance is for scans like SearchQA's free-text reading, linear but slow per character, on the
+# corpus's million-character answers. A quadratic pattern costs seconds to minutes at these
 # lengths (a fence and 64,000 blanks: 11.85 s).
-STEP_CPU_SECONDS = 1.0
+STEP_CPU_SECONDS = 0.05
+STEP_CPU_SECONDS_PER_MILLION_CHARS = 0.5
 
 # Runs ended by a character no run continues with, after the openers patterns start with; tokens
 # repeated with nothing closing them. What makes a backtracking regex slow on model output.
@@ -223,15 +226,16 @@ def _timed_step(env: TextEnv, text: str):
     if isinstance(result, tuple) and len(result) == 5 and isinstance(result[4], dict):
         spent -= sum(float(action.get("sandbox_host_cpu_seconds", 0.0))
                      for action in result[4].get("action_infos", ()) if isinstance(action, dict))
-    _require(spent <= STEP_CPU_SECONDS, env, f"step took {spent:.2f} s of host CPU (bound {STEP_CPU_SECONDS} s) "
+    bound = STEP_CPU_SECONDS + STEP_CPU_SECONDS_PER_MILLION_CHARS * len(text) / 1e6
+    _require(spent <= bound, env, f"step took {spent:.2f} s of host CPU (bound {bound:.2f} s) "
              f"on {ascii(text[:60])} ({len(text)} chars)")
     return result
 
 
 def check_hostile_outputs(env: TextEnv, seed: int = 5, adversarial: bool = True) -> None:
-    """`step` returns a well-typed 5-tuple for every hostile model output, within STEP_CPU_SECONDS
-    of host CPU: it never raises, and no text stalls it. `adversarial`: add adversarial_texts at
-    the env's longest reply, as answers and as whole turns."""
+    """`step` returns a well-typed 5-tuple for every hostile model output, within its host-CPU
+    budget (STEP_CPU_SECONDS and a per-character allowance): it never raises, no text stalls it.
+    `adversarial`: add adversarial_texts at the env's longest reply, as answers and as whole turns."""
     answers = list(HOSTILE_ANSWERS)
     turns = list(HOSTILE_TURNS)
     if adversarial:

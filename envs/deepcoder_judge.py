@@ -27,6 +27,10 @@ from typing import Any
 
 FEEDBACK_MODES = ("verdict", "verbose")
 MAX_FEEDBACK_CHARS = 300
+# Compiling for the feedback is the host's CPU: 0.24 s for a 648,000-character answer (DeepCoder's
+# longest; `uncapped_compile_s` in docs/benchmarks/deepcoder_host_cost.json). 8,000 tokens of real
+# code are some 32,000 characters, so longer programs are not compiled here.
+MAX_COMPILE_CHARS = 100_000
 # The only words the default feedback uses for a failure; the program can pick among them, no more.
 VERDICT_WORDS = {
     "wrong_answer": "wrong answer", "runtime_error": "runtime error", "timeout": "time limit exceeded",
@@ -226,7 +230,10 @@ def shown_by_statement(statement: str, test: CodeTest) -> bool:
 
 
 def syntax_error(code: str) -> str | None:
-    """Why `code` does not parse, from the code alone (so it tells nothing about the tests); None if it does."""
+    """Why `code` does not parse, from the code alone (so it tells nothing about the tests); None if it
+    does, or if it is longer than MAX_COMPILE_CHARS."""
+    if len(code) > MAX_COMPILE_CHARS:
+        return None
     try:
         ast.parse(code)
     except SyntaxError as error:

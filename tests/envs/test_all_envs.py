@@ -79,6 +79,7 @@ class SandboxedEnv(FragileEnv):
 
 def test_the_checker_fails_an_env_whose_step_is_slow_on_adversarial_text(monkeypatch):
     monkeypatch.setattr(checker, "STEP_CPU_SECONDS", 0.05)
+    monkeypatch.setattr(checker, "STEP_CPU_SECONDS_PER_MILLION_CHARS", 0.0)
     with pytest.raises(EnvCheckError, match=r"QuadraticEnv: step took .* of host CPU \(bound 0.05 s\) on '.*```"):
         check_hostile_outputs(QuadraticEnv(EnvConfig(max_actions_per_traj=3)))
     check_hostile_outputs(SandboxedEnv(EnvConfig(max_actions_per_traj=3)))  # a sandbox's CPU is not the step's
