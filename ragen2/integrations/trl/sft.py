@@ -63,15 +63,44 @@ SMOLLM2_TRAINING_CHAT_TEMPLATE = _template(prefill=True)
 SMOLLM2_TRAINING_CHAT_TEMPLATE_NO_PREFILL = _template(prefill=False)
 
 
+# Conversations on which a template must write what SmolLM2's writes to count as SmolLM2's.
+_PROBES = (
+    [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}, {"role": "assistant", "content": "A"},
+     {"role": "user", "content": "V"}],
+    [{"role": "user", "content": " U\n"}, {"role": "assistant", "content": "<think>t</think><answer>a</answer>"}],
+)
+
+
+def _render(chat_template: str, messages: list[dict], add_generation_prompt: bool) -> str:
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    # transformers' settings for chat templates; SmolLM2-style templates need no extensions
+    environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    return environment.from_string(chat_template).render(messages=messages, add_generation_prompt=add_generation_prompt)
+
+
+def renders_as_smollm2(chat_template: str | None) -> bool:
+    """Whether `chat_template` writes SmolLM2's ChatML: the bundled model's tokenizer carries
+    SmolLM2's own wording of it, ragen2.models.SMOLLM2_CHAT_TEMPLATE another, with the same output."""
+    if not isinstance(chat_template, str):
+        return False
+    try:
+        return all(_render(chat_template, m, g) == _render(SMOLLM2_CHAT_TEMPLATE, m, g)
+                   for m in _PROBES for g in (False, True))
+    except Exception:  # a template this environment cannot render is not SmolLM2's
+        return False
+
+
 def training_chat_template(chat_template: str | None = SMOLLM2_CHAT_TEMPLATE, prefill: bool = True) -> str:
-    """The training template for `chat_template` (SmolLM2's, the bundled model's and ragen2's default).
+    """The training template for `chat_template` when it writes SmolLM2's ChatML (the bundled
+    model's, ragen2's default); ValueError for any other.
 
     Another model's template: TRL's own `trl.chat_template_utils.get_training_chat_template`
     knows Qwen, Llama 3 and others; it marks the whole assistant message and its end-of-turn
     token, so the prefilled tag and the end token are trained too."""
     if chat_template in (SMOLLM2_TRAINING_CHAT_TEMPLATE, SMOLLM2_TRAINING_CHAT_TEMPLATE_NO_PREFILL):
         chat_template = SMOLLM2_CHAT_TEMPLATE
-    if chat_template != SMOLLM2_CHAT_TEMPLATE:
+    if not renders_as_smollm2(chat_template):
         raise ValueError("training_chat_template knows SmolLM2's ChatML template (ragen2.models.SMOLLM2_CHAT_TEMPLATE); "
                          "for another model use trl.chat_template_utils.get_training_chat_template(tokenizer)")
     return SMOLLM2_TRAINING_CHAT_TEMPLATE if prefill else SMOLLM2_TRAINING_CHAT_TEMPLATE_NO_PREFILL
