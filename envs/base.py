@@ -159,6 +159,16 @@ class TextEnv(abc.ABC):
             raise NotImplementedError(f"{type(self).__name__} has free-form actions: override sample_action")
         return vocabulary[int(rng.integers(len(vocabulary)))]
 
+    def expert_turn(self, turns_left: int | None = None):
+        """The turn an expert plays from the current state: an `envs.experts.ExpertTurn(actions,
+        grounded)`. The built-in envs' experts live in envs/experts.py; an env of your own gets one
+        by overriding this method (read only what the observations have shown, so the demos teach
+        something the policy can see), and then `ragen2 demos` renders it (docs/custom_env.md).
+        `turns_left`: the turns the rollout still allows, None for no limit; NoExpertError if none."""
+        from envs.experts import expert_turn  # imported here: the experts import every env's solver
+
+        return expert_turn(self, turns_left=turns_left)
+
     # --- the shared protocol ----------------------------------------------------------
 
     @property
