@@ -33,6 +33,9 @@ def add_parser(subparsers) -> None:
                              "depends on; template: one fixed <think> text for every input (default none)")
     parser.add_argument("--only-success", action="store_true",
                         help="keep only episodes the expert won (on slippery ice an optimal expert still falls)")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                        help="rollout settings the demos follow, as in train: rollout.max_turns=4 (an env of your "
+                             "own has no preset: give the turns it needs)")
     parser.set_defaults(run=run)
 
 
@@ -47,14 +50,18 @@ def compose(args):
         raise demos.DemosError(f"--episodes must be >= 1, got {args.episodes}")
     if args.seed < 0:
         raise demos.DemosError(f"--seed must be >= 0, got {args.seed}")
+    overrides = list(getattr(args, "overrides", None) or [])
     try:
-        cfg = load_config(env=args.env)
+        cfg = load_config(env=args.env, overrides=overrides)
     except ConfigError:  # an env of the user's own has no preset: the base turn rules apply
-        cfg = load_config(overrides=[f"env.name={args.env}"])
-    entry = envs.spec(args.env)
+        cfg = load_config(overrides=[f"env.name={args.env}", *overrides])
+    entry = envs.spec(cfg.env.name)  # cfg's: --env may be a preset file of the user's own
     given = envs.coerce_overrides(entry, key_values(args.env_arg, "--env-arg", "--env-arg success_rate=1.0"))
     settings = demos.settings_for(args.reasoning, {**cfg.env.overrides, **given})
-    spec = demos.DemoSpec(entry.name, demos.env_args_of(entry.name, settings), cfg.rollout.max_turns,
+    # module.path:Class stays the reference: the name its module registers exists only once it is
+    # imported, and `ragen2 sft` rebuilds the env from this field in a new process
+    name = cfg.env.name if ":" in cfg.env.name else entry.name
+    spec = demos.DemoSpec(name, demos.env_args_of(name, settings), cfg.rollout.max_turns,
                           cfg.rollout.max_response_words)
     spec.make_env()  # a bad setting fails here, with the env's own message
     return spec, seeding.demo_seeds(args.seed, args.episodes)
