@@ -2,9 +2,15 @@
 
 docs/custom_env.md walks through it. Train on it from this folder with
 
-    ragen2 train --env guess_number:GuessNumber rollout.max_turns=4 rollout.max_new_tokens=48
+    ragen2 train --env guess_number:GuessNumber rollout.max_turns=4 rollout.max_new_tokens=48 \
+      --env-arg require_think=false
 
-or from Python with `ragen2.train(ragen2.load_config(env="guess_number:GuessNumber", ...))`.
+(answer-only: the bundled 135M model rarely closes a <think> block), or from Python with
+`ragen2.train(ragen2.load_config(env="guess_number:GuessNumber", ...))`. It has an expert
+(`expert_turn`, a binary search), so it can be warm-started on demonstrations first:
+
+    ragen2 demos --env guess_number:GuessNumber --episodes 256 --out guess_demos.jsonl
+    ragen2 sft --demos guess_demos.jsonl --steps 40
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import numpy as np
 
 import envs
 from envs import ActionOutcome, EnvConfig, EnvConfigError, TextEnv
+from envs.experts import ExpertTurn
 
 
 @dataclass(frozen=True)
@@ -40,6 +47,7 @@ class GuessNumber(TextEnv):
     def __init__(self, config: GuessConfig | None = None):
         super().__init__(config)
         self.low, self.secret, self.hint = 1, None, ""
+        self.bounds = (1, 1)  # the numbers the hints so far leave possible
 
     @property
     def instruction(self) -> str:  # the system prompt's task text
@@ -55,6 +63,7 @@ class GuessNumber(TextEnv):
         # only `rng` (seeded by reset(seed)) draws the instance: one seed, one game, in every process
         self.low = int(rng.integers(1, 90))
         self.secret = self.low + int(rng.integers(self.config.span))
+        self.bounds = (self.low, self.low + self.config.span - 1)
         self.hint = f"The secret is between {self.low} and {self.low + self.config.span - 1}. Your first guess?"
         return {"secret": self.secret}
 
@@ -64,10 +73,19 @@ class GuessNumber(TextEnv):
             self.hint = f"{guess} is right."
             return ActionOutcome(reward=1.0, terminated=True, success=True)
         self.hint = f"{guess} is wrong: the secret is {'higher' if guess < self.secret else 'lower'}."
+        low, high = self.bounds
+        self.bounds = (max(low, guess + 1), high) if guess < self.secret else (low, min(high, guess - 1))
         return ActionOutcome(reward=0.0)  # the base class truncates when the guesses run out
 
     def render(self) -> str:  # the observation the model sees each turn
         return self.hint or "(call reset() first)"
+
+    def expert_turn(self, turns_left: int | None = None) -> ExpertTurn:
+        # The expert `ragen2 demos` plays: a binary search over what the hints leave possible (never
+        # self.secret, which the model cannot see), so span 10 is always solved in 4 guesses.
+        low, high = self.bounds
+        guess = (low + high) // 2
+        return ExpertTurn((str(guess),), f"The secret is between {low} and {high}, so I guess the middle: {guess}.")
 
 
 # Importing the module registers it; `--env guess_number:GuessNumber` imports it, so the
