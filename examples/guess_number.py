@@ -2,15 +2,18 @@
 
 docs/custom_env.md walks through it. Train on it from this folder with
 
-    ragen2 train --env guess_number:GuessNumber rollout.max_turns=4 rollout.max_new_tokens=48 \
+    ragen2 train --env guess_number:GuessNumber rollout.max_turns=4 rollout.max_new_tokens=48 \\
       --env-arg require_think=false
 
 (answer-only: the bundled 135M model rarely closes a <think> block), or from Python with
 `ragen2.train(ragen2.load_config(env="guess_number:GuessNumber", ...))`. It has an expert
-(`expert_turn`, a binary search), so it can be warm-started on demonstrations first:
+(`expert_turn`, a binary search), so it can be warm-started on demonstrations first
+(docs/custom_env.md, section 5):
 
-    ragen2 demos --env guess_number:GuessNumber --episodes 256 --out guess_demos.jsonl
-    ragen2 sft --demos guess_demos.jsonl --steps 40
+    ragen2 demos --env guess_number:GuessNumber --episodes 256 --out guess_demos.jsonl rollout.max_turns=4
+    ragen2 sft --demos guess_demos.jsonl trainer.run_name=guess_sft rollout.max_turns=4 rollout.max_new_tokens=48
+    ragen2 train --env guess_number:GuessNumber --env-arg require_think=false --model runs/guess_sft \\
+      rollout.max_turns=4 rollout.max_new_tokens=48
 """
 
 from __future__ import annotations

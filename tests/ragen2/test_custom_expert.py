@@ -141,3 +141,12 @@ def test_the_docs_warm_start_commands_run_for_the_example(tmp_path, tiny_model_d
     config = yaml.safe_load((trained / "config.yaml").read_text())
     assert config["model"]["name"] == "runs/guess_sft" and config["env"]["overrides"] == {"require_think": False}
     assert len((trained / "metrics.jsonl").read_text().splitlines()) == 1
+
+
+def test_the_examples_docstring_gives_the_pages_commands(example):
+    # the docstring is where a reader of the example looks first: it once omitted require_think=false
+    text = example.__doc__.replace("\\\n", " ")
+    given = [shlex.split(line) for line in text.splitlines() if line.strip().startswith("ragen2 ")]
+    assert {shlex.join(c) for c in _doc_commands()} <= {shlex.join(c) for c in given}
+    trains = [c for c in given if c[1] == "train"]
+    assert len(trains) == 2 and all("require_think=false" in c for c in trains)
