@@ -23,12 +23,18 @@ markers placed where ragen2's rollout puts its response mask, so TRL trains the 
   string, so the end-of-turn token is never sampled; TRL warns that it is untrained, which is
   meant here).
 
-It renders exactly the text of SmolLM2's template (markers emit nothing), so a model trained with
-it and saved with it prompts as before. `prefill=False` marks whole assistant messages, for
-rollouts run with rollout.prefill_tag=false.
+It renders exactly the text of SmolLM2's template (markers emit nothing). `prefill=False` marks
+whole assistant messages, for rollouts run with rollout.prefill_tag=false.
+
+The same as a command (SmolLM2-family models; writes a model folder `ragen2 train --model` takes):
+
+    python -m ragen2.integrations.trl.sft --demos demos.jsonl --out runs/trl-sft [--model bundled] [--steps 60]
 """
 
 from __future__ import annotations
+
+import argparse
+import sys
 
 from envs.parsing import ANSWER_OPEN, THINK_OPEN
 from ragen2.models import SMOLLM2_CHAT_TEMPLATE
@@ -104,3 +110,53 @@ def training_chat_template(chat_template: str | None = SMOLLM2_CHAT_TEMPLATE, pr
         raise ValueError("training_chat_template knows SmolLM2's ChatML template (ragen2.models.SMOLLM2_CHAT_TEMPLATE); "
                          "for another model use trl.chat_template_utils.get_training_chat_template(tokenizer)")
     return SMOLLM2_TRAINING_CHAT_TEMPLATE if prefill else SMOLLM2_TRAINING_CHAT_TEMPLATE_NO_PREFILL
+
+
+def main(argv: list[str] | None = None) -> int:
+    """TRL's SFTTrainer on a demos file, with `ragen2 sft`'s defaults (8 episodes a step, one per
+    micro-batch, AdamW lr 5e-5, clip 1.0); the model folder keeps the plain template."""
+    parser = argparse.ArgumentParser(prog="python -m ragen2.integrations.trl.sft",
+                                     description="TRL's SFTTrainer on a `ragen2 demos` file, trained on the tokens "
+                                                 "ragen2 sft trains; writes a model folder for `ragen2 train --model`")
+    parser.add_argument("--demos", required=True, help="a JSONL file written by `ragen2 demos`")
+    parser.add_argument("--out", required=True, help="the model folder to write")
+    parser.add_argument("--model", default="bundled", help="'bundled' (SmolLM2-135M-Instruct), a hub id or a path")
+    parser.add_argument("--steps", type=int, default=60, help="optimiser steps (TRL max_steps)")
+    parser.add_argument("--batch", type=int, default=8, help="episodes per optimiser step")
+    parser.add_argument("--lr", type=float, default=5e-5)
+    args = parser.parse_args(argv)
+
+    from ragen2.demos import DemosError, read_demos
+    from ragen2.models import ModelSourceError, load_tokenizer, resolve_model_source
+
+    try:
+        demos = read_demos(args.demos)  # the checks `ragen2 sft` makes, before any model loads
+        source = resolve_model_source(args.model)
+        tokenizer = load_tokenizer(source, padding_side="right")
+        plain = tokenizer.chat_template
+        tokenizer.chat_template = training_chat_template(plain)
+    except (DemosError, ModelSourceError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    import torch
+    from datasets import load_dataset
+    from transformers import AutoModelForCausalLM
+    from trl import SFTConfig, SFTTrainer
+
+    gpu = torch.cuda.is_available()
+    config = SFTConfig(output_dir=args.out, assistant_only_loss=True, max_length=None, max_steps=args.steps,
+                       per_device_train_batch_size=1, gradient_accumulation_steps=args.batch, learning_rate=args.lr,
+                       max_grad_norm=1.0, weight_decay=0.0, gradient_checkpointing=False, use_cpu=not gpu, bf16=gpu,
+                       save_strategy="no", report_to="none", logging_steps=1)
+    trainer = SFTTrainer(model=AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32), args=config,
+                         train_dataset=load_dataset("json", data_files=str(args.demos), split="train"),
+                         processing_class=tokenizer)
+    trainer.train()
+    tokenizer.chat_template = plain  # the folder prompts exactly as the model it came from
+    trainer.save_model(args.out)
+    print(f"done: {args.out} | next: ragen2 train --env {demos[0]['env']} --model {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

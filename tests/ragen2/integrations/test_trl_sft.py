@@ -112,3 +112,38 @@ def test_one_sft_trainer_step_trains_on_assistant_tokens_only(trl, tmp_path):
     assert logged["loss"] == pytest.approx(ours, abs=2e-3)  # TRL's step loss is ours: the same tokens
     assert abs(everything - ours) > 0.05  # and a loss over every token would have been told apart
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_the_module_command_writes_a_model_ragen2_takes(trl, tmp_path, capsys):
+    from ragen2.integrations.trl.sft import main, renders_as_smollm2
+    from ragen2.models import check_model_source, load_policy, load_tokenizer
+
+    tokenizer = build_tiny_tokenizer()
+    source = tmp_path / "tiny"
+    _model(tokenizer).save_pretrained(source)
+    tokenizer.save_pretrained(source)
+    demos = tmp_path / "demos.jsonl"
+    demos_lib.write_demos(demos, _demos("frozen_lake", "grounded"))
+    out = tmp_path / "trl-sft"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        code = main(["--demos", str(demos), "--out", str(out), "--model", str(source), "--steps", "1", "--batch", "3"])
+    assert code == 0
+    assert f"next: ragen2 train --env frozen_lake --model {out}" in capsys.readouterr().err
+    assert check_model_source(out) == "local"
+    saved = load_tokenizer(str(out))
+    assert renders_as_smollm2(saved.chat_template)  # the plain template again: prompts as before training
+    trained = load_policy(str(out))
+    assert any(not torch.equal(a, b) for a, b in zip(_model(tokenizer).state_dict().values(),
+                                                     trained.state_dict().values()))
+
+
+def test_the_module_command_refuses_a_bad_file_or_template_in_one_line(trl, tmp_path, capsys):
+    from ragen2.integrations.trl.sft import main
+
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    assert main(["--demos", str(empty), "--out", str(tmp_path / "o")]) == 2
+    assert "empty" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="get_training_chat_template"):
+        training_chat_template("{{ messages[0]['content'] }}")
