@@ -1,7 +1,7 @@
-"""A `ragen2 demos` file in OpenRLHF 0.11.2's SFT dataset (issue 49, item 4), loaded as its
-`train_sft` CLI loads it (`blending_datasets` on the .jsonl, `SFTDataset` with the chat template
-and multiturn settings of docs/warm_start.md): every demo loads, the ids are the rollout's, and the
-loss mask covers assistant turns only.
+"""A `ragen2 demos` file in OpenRLHF 0.11.2's SFT dataset (issue 49, item 4): the `train_sft`
+command of docs/warm_start.md, parsed by OpenRLHF's own parser, then the file loaded as `train_sft`
+loads it (`blending_datasets` on the .jsonl, `SFTDataset` with those chat-template and multiturn
+settings): every demo loads, the ids are the rollout's, and the loss mask covers assistant turns only.
 
 What OpenRLHF trains differs from ragen2's rollout mask at the edges of each turn, and the test
 pins that difference: OpenRLHF trains a whole assistant message (the tag a rollout prefills
@@ -12,7 +12,8 @@ no stand-ins are needed)."""
 
 from __future__ import annotations
 
-from argparse import Namespace
+import shlex
+from pathlib import Path
 
 import pytest
 import torch
@@ -23,25 +24,51 @@ pytest.importorskip("pylatexenc", reason="openrlhf.utils imports pylatexenc (ins
 
 from openrlhf.datasets import SFTDataset  # noqa: E402
 from openrlhf.datasets.utils import blending_datasets  # noqa: E402
-from openrlhf.utils.config import hierarchize  # noqa: E402
 
 from ragen2 import demos as demos_lib  # noqa: E402
 from ragen2.config import load_config  # noqa: E402
 from ragen2.engines.local.sft import demo_rows  # noqa: E402
 from tests.tiny import build_tiny_tokenizer  # noqa: E402
 
-# train_sft's flags in docs/warm_start.md, as its parser hands them on (0.11.2 names, hierarchized):
-# --data.dataset demos.jsonl --data.input_key messages --data.apply_chat_template --data.multiturn --data.max_len 8192
-CLI_ARGS = {"data.input_key": "messages", "data.output_key": None, "data.apply_chat_template": True,
-            "data.multiturn": True, "data.tokenizer_chat_template": None, "data.max_len": 8192,
-            "data.input_template": None, "use_ms": False}
+DOC = Path(__file__).resolve().parents[4] / "docs" / "warm_start.md"
+COMMAND = "deepspeed --module openrlhf.cli.train_sft"
+
+
+def recipe_flags() -> list[str]:
+    """The flags of the `train_sft` command in docs/warm_start.md (its lines joined at the backslashes)."""
+    lines = DOC.read_text()[DOC.read_text().index(COMMAND):].splitlines()
+    command = []
+    for line in lines:
+        command.append(line.rstrip().removesuffix("\\"))
+        if not line.rstrip().endswith("\\"):
+            break
+    return shlex.split(" ".join(command))[len(shlex.split(COMMAND)):]
+
+
+def parse_train_sft(flags: list[str], monkeypatch):
+    """Run the `__main__` block of OpenRLHF 0.11.2's train_sft.py (its argparse and its checks) with
+    `train` replaced by a capture, as test_openrlhf_flags does for train_ppo_ray."""
+    import argparse
+    import ast
+    import datetime
+    import importlib.util
+
+    source_path = importlib.util.find_spec("openrlhf.cli.train_sft").origin
+    tree = ast.parse(Path(source_path).read_text())
+    main_block = next(node for node in tree.body if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test))
+    captured = {}
+    namespace = {"argparse": argparse, "datetime": datetime.datetime,
+                 "train": lambda args: captured.setdefault("args", args)}
+    monkeypatch.setattr("sys.argv", ["train_sft.py", *flags])
+    exec(compile(ast.Module(body=main_block.body, type_ignores=[]), source_path, "exec"), namespace)
+    return captured["args"]
 
 
 class Strategy:
     """What SFTDataset and blending_datasets read of OpenRLHF's DeepspeedStrategy: args, print, rank."""
 
-    def __init__(self):
-        self.args = hierarchize(Namespace(**CLI_ARGS))
+    def __init__(self, args):
+        self.args = args
 
     def print(self, *args):
         pass
@@ -76,12 +103,16 @@ def test_openrlhf_sft_dataset_trains_assistant_turns_only(tmp_path, monkeypatch,
     demos = _demos(env, reasoning)
     path = tmp_path / "demos.jsonl"
     demos_lib.write_demos(path, demos)
-    strategy = Strategy()
+    args = parse_train_sft([*recipe_flags(), "--data.dataset", str(path)], monkeypatch)  # the docs' file -> ours
+    assert (args.data.input_key, args.data.apply_chat_template, args.data.multiturn) == ("messages", True, True)
+    strategy = Strategy(args)
     tokenizer = build_tiny_tokenizer()  # SmolLM2's template, bytes: the rollout's ids are the template's ids
-    data = blending_datasets(str(path), None, strategy, dataset_split="train")
-    # num_processors: train_sft leaves OpenRLHF's default (8 worker processes); one gives the same rows
-    dataset = SFTDataset(data, tokenizer, strategy.args.data.max_len, strategy,
-                         input_template=strategy.args.data.input_template, multiturn=True, num_processors=1)
+    # train_sft's own calls, but num_processors: it leaves OpenRLHF's default (8 worker processes); one gives the same rows
+    data = blending_datasets(args.data.dataset, args.data.dataset_probs, strategy, args.train.seed,
+                             max_count=args.data.max_samples, dataset_split=args.data.dataset_split)
+    data = data.select(range(min(args.data.max_samples, len(data))))
+    dataset = SFTDataset(data, tokenizer, args.data.max_len, strategy, pretrain_mode=args.model.pretrain_mode_enable,
+                         input_template=args.data.input_template, multiturn=args.data.multiturn, num_processors=1)
     assert len(dataset) == len(demos)  # none filtered out as too long or empty
 
     cfg = load_config(env=env, overrides=["rollout.max_new_tokens=400", "rollout.max_context_tokens=8192"])
