@@ -187,7 +187,7 @@ MIN_REPLY_TOKENS = 1024
 # each million characters of the turn, a linear budget. Measured as process CPU
 # (time.process_time: every thread, none of the waiting), so a busy 2-core CI machine does not
 # fail it by being slow. DeepCoder's costliest adversarial answer (648,000 characters) costs it
-# 14 ms (docs/benchmarks/deepcoder_host_cost.json) against a bound of 0.37 s; the per-character
+# 15 ms (docs/benchmarks/deepcoder_host_cost.json) against a bound of 0.37 s; the per-character
 # allowance is for scans like SearchQA's free-text reading, linear but slow per character, on the
 # corpus's million-character answers. A quadratic pattern costs seconds to minutes at these
 # lengths (a fence and 64,000 blanks: 11.85 s).

@@ -171,6 +171,8 @@ def test_reference_solution_scores_one_and_a_partial_program_a_fraction():
     assert info["action_infos"][0]["verdicts"] == ["ok", "wrong_answer", "wrong_answer", "wrong_answer"]
     assert obs == "Incorrect. Passed 1/4 tests. Test 2 failed (wrong answer)."  # nothing of test 2 itself
     assert info["action_infos"][0]["first_failure"] == "test 2: expected '0', got '3'"  # the host's detail
+    # what the four sandbox runs cost the host, which check_env tells apart from the env's own CPU
+    assert 0 < info["action_infos"][0]["sandbox_host_cpu_seconds"] < 4 * 0.5
     verbose = envs.make("deepcoder", feedback="verbose")  # the old, farmable wording, opt-in only
     reset_to(verbose, "sum_two")
     obs = answer(verbose, "print(3)")[0]
