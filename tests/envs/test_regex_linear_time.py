@@ -9,7 +9,7 @@ answers), envs/math_answers.py (numbers), envs/countdown.py (tokens, stated resu
 envs/parsing.py (blanks between tags), envs/webshop.py and envs/webshop_catalog.py (spaces, search
 words), envs/retrieval.py (query words). ragen2/ applies none to model output
 (instruments/completions.py clips by length); envs/deepcoder_judge.py's label patterns read
-problem statements, not answers.
+problem statements, and envs/webshop_reward.py's product titles and options, not answers.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def _tolerant(function):
 # (name, function over model output, the env whose reply length applies)
 APPLIED = [
     ("deepcoder.extract_code", deepcoder.extract_code, "deepcoder"),  # with its dedent
-    ("deepcoder.parse", lambda text: envs.make("deepcoder").parse(text), "deepcoder"),
+    ("deepcoder.parse", lambda text, env=envs.make("deepcoder"): env.parse(text), "deepcoder"),
     ("parsing.parse_response", lambda text: parse_response(text, require_think=True), "deepcoder"),
     ("searchqa.free_text_answer", searchqa.free_text_answer, "searchqa"),
     ("searchqa.canonical_action", searchqa.canonical_action, "searchqa"),
