@@ -36,6 +36,9 @@ from ragen2.rollout.batch import TrajectoryRecord
 from ragen2.run_dir import read_steps
 from ragen2.seeding import validation_seeds
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from build_warm_start import file_digest  # noqa: E402  (a sibling script, not a package)
+
 BUDGET_S = 15 * 60  # the warm-start budget on 2 cores
 SUCCESS_RANGE, MIN_SPREAD = (0.2, 0.7), 0.3
 
@@ -133,15 +136,18 @@ def main() -> int:
     demos = args.root / f"{name}.jsonl"
     demos_cmd = ["ragen2", "demos", "--env", args.env, "--reasoning", args.reasoning, "--episodes",
                  str(args.episodes), "--seed", str(args.demo_seed), "--out", str(demos)]
-    run(demos_cmd)
     run_dir = args.root / name
+    finished = (run_dir / "summary.json").is_file()  # then only the analysis runs again
+    if not finished:
+        run(demos_cmd)
     sft_args = ["trainer.val_before=false", f"trainer.val_groups={args.val_groups}",
                 f"trainer.val_every={args.val_every}", f"trainer.save_every={args.val_every}", "trainer.keep_last=20",
                 f"trainer.num_threads={args.threads}", *args.sft_arg]
     sft_cmd = ["ragen2", "sft", "--demos", str(demos), "--steps", str(args.steps), "--quiet",
                "trainer.out=" + str(args.root), "trainer.run_name=" + name, *sft_args]
     started = time.time()
-    run(sft_cmd)
+    if not finished:
+        run(sft_cmd)
     points = curve(run_dir)
     chosen = next((p for p in points if in_range(p)), None)
     result = {"env": args.env, "reasoning": args.reasoning, "demos": args.episodes, "demo_command": shlex.join(demos_cmd),
@@ -151,6 +157,8 @@ def main() -> int:
     final = chosen or points[-1]
     result.update({k: final[k] for k in ("sft_steps", "sft_seconds", "success", "spread_share", "valid_action_share",
                                          "episodes")})
+    policy = run_dir / "checkpoints" / f"step_{final['sft_steps']:06d}" / "policy" / "model.safetensors"
+    result["checkpoint_sha256"] = file_digest(policy) if policy.is_file() else None
     steps_flag = ["--steps", str(final["sft_steps"])]
     result["warm_start_command"] = shlex.join([*demos_cmd[:-1], str(demos)]) + " && " + shlex.join(
         [*sft_cmd[:4], *steps_flag, *sft_cmd[6:]])

@@ -44,6 +44,8 @@ def compose(args, demos: list[dict]):
 
     env = demos[0]["env"]
     overrides = [f"env.overrides.{key}={_yaml(value)}" for key, value in (demos[0].get("env_args") or {}).items()]
+    rules = demos[0].get("rollout") or {}  # the turn rules the demos were rendered under: validation uses them
+    overrides += [f"rollout.{key}={_yaml(rules[key])}" for key in ("max_turns", "max_response_words") if key in rules]
     overrides.append(f"sft.demos={Path(args.demos).resolve()}")
     flags = {"model.name": args.model, "trainer.out": args.out, "trainer.seed": args.seed, "sft.steps": args.steps}
     overrides += [f"{key}={value}" for key, value in flags.items() if value is not None]
@@ -66,6 +68,27 @@ def _yaml(value) -> str:
 def run_directory(cfg) -> Path:
     env = cfg.env.name.rpartition(":")[2]
     return Path(cfg.trainer.out) / (cfg.trainer.run_name or f"{time.strftime('%Y%m%d-%H%M%S')}-sft-{env}-s{cfg.trainer.seed}")
+
+
+def train_command(cfg, run_dir: Path) -> str:
+    """`ragen2 train` on the warm start, with the env settings and turn rules the demos had."""
+    import shlex
+
+    preset = load_preset_env(cfg.env.name)
+    parts = ["ragen2", "train", "--env", cfg.env.name, "--model", str(run_dir)]
+    for key, value in cfg.env.overrides.items():
+        if preset.get("overrides", {}).get(key) != value and not (key == "require_think" and value is True):
+            parts += ["--env-arg", f"{key}={_yaml(value).lower() if isinstance(value, bool) else _yaml(value)}"]
+    return shlex.join(parts)
+
+
+def load_preset_env(name: str) -> dict:
+    from ragen2.config import ConfigError, load_config
+
+    try:
+        return {"overrides": dict(load_config(env=name).env.overrides)}
+    except ConfigError:
+        return {"overrides": {}}
 
 
 def file_digest(path: Path) -> str:
@@ -126,5 +149,5 @@ def run(args) -> int:
     success = summary.get("val_success_rate")
     print(f"done: {run_dir} | loss {summary['first_loss']:.3f} -> {summary['last_loss']:.3f} | val success "
           f"{success if success is None else round(success, 3)} | {summary['wall_s'] / 60:.1f} min\n"
-          f"next: ragen2 train --env {cfg.env.name} --model {run_dir}", file=sys.stderr)
+          f"next: {train_command(cfg, run_dir)}", file=sys.stderr)
     return 0

@@ -159,8 +159,31 @@ def preflight(cfg, run_dir: Path, resume: bool, dry_run: bool = False) -> None:
                           "or pick another trainer.run_name")
 
 
+def warm_start_note(cfg) -> str | None:
+    """A note when `--model` is a `ragen2 sft` run fine-tuned on other env settings than this run's
+    (think mode after answer-only demos, another env): its warm start then barely applies."""
+    import envs
+
+    folder = Path(cfg.model.name).expanduser()
+    if not ((folder / "model" / "config.json").is_file() and (folder / CONFIG_FILE).is_file()):
+        return None
+    try:
+        tuned = saved_config(folder / CONFIG_FILE, [])
+        ours = envs.spec(cfg.env.name).make_config(**cfg.env.overrides)
+        theirs = envs.spec(tuned.env.name).make_config(**tuned.env.overrides)
+    except (ConfigError, envs.EnvConfigError, OSError):
+        return None
+    if tuned.env.name == cfg.env.name and ours == theirs:
+        return None
+    return (f"note: {folder} was fine-tuned on {tuned.env.name} {dict(tuned.env.overrides)}, this run trains "
+            f"{cfg.env.name} {dict(cfg.env.overrides)}; pass the same --env-arg settings to start where it left off")
+
+
 def _print_plan(cfg, run_dir: Path, resume: bool) -> None:
     print(f"run directory: {run_dir}" + (" (resume)" if resume else ""), file=sys.stderr)
+    note = warm_start_note(cfg)
+    if note:
+        print(note, file=sys.stderr)
     print(f"env {cfg.env.name} | algo {cfg.algo.name} ({cfg.algo.advantage} advantage) | filter {cfg.filter_preset} | "
           f"{cfg.rollout.num_groups} groups x {cfg.rollout.group_size}, up to {cfg.rollout.max_turns} turn(s) of "
           f"{cfg.rollout.max_new_tokens} tokens | {cfg.trainer.total_steps} steps | model {cfg.model.name} "

@@ -170,3 +170,18 @@ def test_sft_end_to_end_writes_a_model_that_train_takes_and_resumes(tmp_path, ti
     losses = [s["sft/loss"] for s in steps]
     assert losses[-1] < losses[0]  # 1e-3 on a tiny model: the demos' tokens get likelier
     assert "val/success_rate" in steps[-1] and "val/spread_share" in steps[-1]
+
+
+def test_train_notes_a_warm_start_fine_tuned_on_other_env_settings(tmp_path):
+    from ragen2.commands.train import warm_start_note
+
+    run = tmp_path / "sft"
+    (run / "model").mkdir(parents=True)
+    (run / "model" / "config.json").write_text("{}")
+    tuned = load_config(env="frozen_lake", overrides=["env.overrides.require_think=false"])
+    (run / "config.yaml").write_text(tuned.to_yaml())
+    same = load_config(env="frozen_lake", overrides=["env.overrides.require_think=false", f"model.name={run}"])
+    other = load_config(env="frozen_lake", overrides=[f"model.name={run}"])
+    assert warm_start_note(same) is None
+    assert "require_think" in warm_start_note(other)
+    assert warm_start_note(load_config()) is None  # the bundled model: no note

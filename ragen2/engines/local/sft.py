@@ -214,6 +214,19 @@ def write_model_folder(run: SFTRun) -> Path:
     return out
 
 
+def weights_digest(model_dir: Path) -> str:
+    """sha256 of the written weights: a rebuilt warm start is the same model iff this matches (the same
+    commands on the same kind of CPU, thread count and dtype; other CPUs round differently)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for path in sorted(Path(model_dir).glob("*.safetensors")):
+        with path.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 24), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
 def train(run: SFTRun, quiet: bool = False) -> dict:
     """Run the remaining steps; the summary (summary.json), or `interrupted` after Ctrl-C (resumable)."""
     cfg, started = run.cfg, time.time()
@@ -264,7 +277,8 @@ def train(run: SFTRun, quiet: bool = False) -> dict:
                "trained_tokens": int(sum(s.get(SFT_TOKENS, 0) for s in steps)),
                "first_loss": steps[0].get(SFT_LOSS) if steps else None, "last_loss": final.get(SFT_LOSS),
                "val_success_rate": final.get(names.VAL_SUCCESS_RATE), "wall_s": round(time.time() - started, 1),
-               "model_dir": str(model_dir), "num_threads": cfg.trainer.num_threads}
+               "model_dir": str(model_dir), "model_sha256": weights_digest(model_dir),
+               "num_threads": cfg.trainer.num_threads, "dtype": cfg.model.dtype}
     write_summary(run.run_dir, summary)
     run.log.close()
     return summary
