@@ -179,11 +179,35 @@ def warm_start_note(cfg) -> str | None:
             f"{cfg.env.name} {dict(cfg.env.overrides)}; pass the same --env-arg settings to start where it left off")
 
 
+# Multi-turn games the bundled model never wins from scratch (docs/evidence.md): RL there starts from
+# a supervised warm start (docs/warm_start.md)
+COLD_START_ENVS = ("frozen_lake", "frozen_lake_coord", "sokoban", "larger_sokoban", "sokoban_coord",
+                   "sokoban_different_grid_vocab")
+
+
+def cold_start_note(cfg) -> str | None:
+    """For the bundled model on a multi-turn game: how to warm-start it first."""
+    import envs
+    from ragen2.models import BUNDLED_NAMES
+
+    if cfg.model.name.strip().lower() not in BUNDLED_NAMES:
+        return None
+    try:
+        name = envs.spec(cfg.env.name).name
+    except envs.EnvConfigError:
+        return None
+    if name not in COLD_START_ENVS:
+        return None
+    return (f"note: the bundled model alone never wins {name} (every group flat, nothing to learn: docs/evidence.md); "
+            f"warm-start it first: ragen2 demos --env {name} --out demos.jsonl && ragen2 sft --demos demos.jsonl "
+            f"trainer.run_name=warm, then --model runs/warm (docs/warm_start.md)")
+
+
 def _print_plan(cfg, run_dir: Path, resume: bool) -> None:
     print(f"run directory: {run_dir}" + (" (resume)" if resume else ""), file=sys.stderr)
-    note = warm_start_note(cfg)
-    if note:
-        print(note, file=sys.stderr)
+    for note in (warm_start_note(cfg), cold_start_note(cfg)):
+        if note:
+            print(note, file=sys.stderr)
     print(f"env {cfg.env.name} | algo {cfg.algo.name} ({cfg.algo.advantage} advantage) | filter {cfg.filter_preset} | "
           f"{cfg.rollout.num_groups} groups x {cfg.rollout.group_size}, up to {cfg.rollout.max_turns} turn(s) of "
           f"{cfg.rollout.max_new_tokens} tokens | {cfg.trainer.total_steps} steps | model {cfg.model.name} "

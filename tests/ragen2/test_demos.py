@@ -185,3 +185,55 @@ def test_train_notes_a_warm_start_fine_tuned_on_other_env_settings(tmp_path):
     assert warm_start_note(same) is None
     assert "require_think" in warm_start_note(other)
     assert warm_start_note(load_config()) is None  # the bundled model: no note
+
+
+class _GradientCapture(torch.optim.SGD):
+    """Stands in for AdamW in sft_step: records the gradient it would step with, changes nothing."""
+
+    def step(self, closure=None):
+        self.grads = [p.grad.detach().clone() for p in self.param_groups[0]["params"]]
+
+
+def test_sft_trains_the_nll_through_the_actor_loss_builder(single_thread):
+    # sft_step takes its loss from the actor's one builder (learner.actor_loss) at advantage 1 and
+    # ratio 1: the gradient it steps with must be the token-mean NLL's, and `sft/loss` the NLL.
+    from ragen2.algos import losses
+    from ragen2.engines.local import learner
+    from ragen2.engines.local.sft import SFT_LOSS, sft_step
+    from tests.tiny import tiny_llama
+
+    tokenizer = build_tiny_tokenizer()
+    cfg = load_config(env="frozen_lake", overrides=["rollout.max_new_tokens=400", "rollout.max_context_tokens=8192",
+                                                    "optim.micro_batch_size=2", "optim.grad_clip=1e9"])
+    demos = [demos_lib.render_demo(_spec("frozen_lake", "grounded"), seed, 0, "grounded") for seed in range(4)]
+    rows = demo_rows(demos, tokenizer, cfg)
+    policy = tiny_llama(tokenizer, seed=1)
+    policy.train()
+    log_probs, _ = learner.policy_log_probs(policy, rows.input_ids, rows.attention_mask, rows.response_mask,
+                                            shared_prefix=cfg.optim.shared_prefix)
+    nll = losses.sft_loss(log_probs, rows.response_mask)
+    nll.backward()
+    expected = [p.grad.detach().clone() for p in policy.parameters()]
+    policy.zero_grad(set_to_none=True)
+
+    optimizer = _GradientCapture(policy.parameters(), lr=0.0)
+    models = learner.Models(policy, tokenizer, None, None, torch.device("cpu"))
+    metrics = sft_step(models, optimizer, rows, list(range(rows.input_ids.shape[0])), cfg, step=0)
+    assert metrics[SFT_LOSS] == pytest.approx(nll.item(), rel=1e-5) and nll.item() > 1.0  # a random model's NLL
+    assert len(optimizer.grads) == len(expected)
+    for mine, theirs in zip(optimizer.grads, expected):  # micro-batches sum in another order: rounding only
+        torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-5 * float(theirs.abs().max()))
+    # one micro-batch, the same rows: the ratio-1 policy loss's gradient is the NLL's bit for bit
+    built = learner.actor_loss(policy, learner.ActorBatch.demonstrations(rows, torch.arange(rows.input_ids.shape[0])),
+                               learner.ActorLossSettings.supervised(cfg), {})
+    built.terms["task"].backward()
+    assert all(torch.equal(p.grad, theirs) for p, theirs in zip(policy.parameters(), expected))
+
+
+def test_train_points_the_bundled_model_on_a_multi_turn_game_at_the_warm_start():
+    from ragen2.commands.train import cold_start_note
+
+    note = cold_start_note(load_config(env="frozen_lake"))
+    assert "ragen2 demos --env frozen_lake" in note and "ragen2 sft" in note
+    assert cold_start_note(load_config()) is None  # Bandit: the bundled model learns it as it is
+    assert cold_start_note(load_config(env="sokoban", overrides=["model.name=some/model"])) is None
