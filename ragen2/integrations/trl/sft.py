@@ -124,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=60, help="optimiser steps (TRL max_steps)")
     parser.add_argument("--batch", type=int, default=8, help="episodes per optimiser step")
     parser.add_argument("--lr", type=float, default=5e-5)
+    parser.add_argument("--no-prefill-tag", action="store_true",
+                        help="train the <think>/<answer> tag too, for RL with rollout.prefill_tag=false")
     args = parser.parse_args(argv)
 
     from ragen2.demos import DemosError, read_demos
@@ -134,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         source = resolve_model_source(args.model)
         tokenizer = load_tokenizer(source, padding_side="right")
         plain = tokenizer.chat_template
-        tokenizer.chat_template = training_chat_template(plain)
+        tokenizer.chat_template = training_chat_template(plain, prefill=not args.no_prefill_tag)
     except (DemosError, ModelSourceError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -149,3 +149,13 @@ def test_the_module_command_refuses_a_bad_file_or_template_in_one_line(trl, tmp_
     assert "empty" in capsys.readouterr().err
     with pytest.raises(ValueError, match="get_training_chat_template"):
         training_chat_template("{{ messages[0]['content'] }}")
+
+
+def test_without_the_prefill_tag_whole_assistant_messages_are_marked():
+    """For RL with rollout.prefill_tag=false, where the model writes the tag itself."""
+    demo = _demos("sokoban", "grounded")[0]
+    tokenizer = build_tiny_tokenizer()
+    out = tokenizer.apply_chat_template(demo["messages"], chat_template=training_chat_template(prefill=False),
+                                        tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+    marked = [token for token, on in zip(out["input_ids"], out["assistant_masks"]) if on]
+    assert tokenizer.decode(marked) == "".join(demos_lib.assistant_texts(demo))
