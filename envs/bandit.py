@@ -7,7 +7,8 @@ The high-risk arm has the higher expected value (0.25 > 0.1), so choosing it is 
 `bandit_rev` swaps which name gets which payoff, so the names' intuition misleads.
 
 The seed picks the pair and the order the arms are shown in; the payoff coin flip draws
-from `self.dynamics_rng`, so the G rollouts of a group see different payoffs.
+from `self.dynamics_rng`, so the G rollouts of a group see different payoffs
+(`deterministic_payoff=True` pays the high-risk arm its expected value instead).
 """
 
 from __future__ import annotations
@@ -70,6 +71,9 @@ class BanditConfig(EnvConfig):
     high_risk_win_payoff: float = 1.0
     high_risk_lose_payoff: float = 0.0
     high_risk_win_prob: float = 0.25
+    # True: the high-risk arm pays its expected payoff every pull, so a group's reward spread comes
+    # from the policy's choices alone (a coin's spread over identical replies carries no gradient)
+    deterministic_payoff: bool = False
 
     def __post_init__(self) -> None:
         if self.split not in ARM_NAME_PAIRS:
@@ -146,7 +150,9 @@ class BanditEnv(TextEnv):
 
     def _apply_action(self, action: str) -> ActionOutcome:
         config = self.config
-        if action == self.high_risk_arm:
+        if action == self.high_risk_arm and config.deterministic_payoff:
+            payoff = config.high_risk_expected_payoff  # no draw: dynamics_rng stays where it was
+        elif action == self.high_risk_arm:
             won = bool(self.dynamics_rng.random() < config.high_risk_win_prob)
             payoff = config.high_risk_win_payoff if won else config.high_risk_lose_payoff
         else:
