@@ -2,7 +2,7 @@
 
     live = LiveLine(enabled=LiveLine.wanted(quiet))
     rollout(..., progress=live.rollout("rollout"))       # turn 2/5 | 24 live | 210 tok/s | ETA 0:41
-    ppo_update(..., on_micro_batch=live.update())        # update micro-batch 3/8 | ETA 0:20
+    ppo_update(..., UpdateOptions(on_micro_batch=live.update()))  # update micro-batch 3/8 | ETA 0:20
     evaluate(..., progress=live.rollout("validation"))   # validation turn 3/5 | replies 12/32 | episodes over 4/32 | ...
     live.stop()
 
@@ -174,7 +174,7 @@ class LiveLine:
         return report
 
     def update(self, phase: str = "update"):
-        """A callback for `ppo_update(on_micro_batch=...)`: (done, total) micro-batches."""
+        """A callback for `ppo_update`'s `UpdateOptions.on_micro_batch`: (done, total) micro-batches."""
         self.begin()
 
         def report(done: int, total: int) -> None:

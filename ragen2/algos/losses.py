@@ -291,7 +291,7 @@ def sft_loss(log_probs: torch.Tensor, response_mask: torch.Tensor, total_tokens:
 
 def actor_loss_terms(
     log_probs: torch.Tensor,
-    entropy: torch.Tensor,
+    entropy: Optional[torch.Tensor],
     old_log_probs: torch.Tensor,
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
@@ -305,16 +305,19 @@ def actor_loss_terms(
     total_tokens: Optional[int] = None,
     total_sequences: Optional[int] = None,
 ) -> Tuple[Dict[str, torch.Tensor], Dict[str, torch.Tensor]]:
-    """The actor loss term by term, unscaled: ({"task", "entropy"[, "kl"]}, policy-loss metrics).
+    """The actor loss term by term, unscaled: ({"task"[, "entropy"][, "kl"]}, policy-loss metrics).
 
     One definition for the update (which combines the terms, `combine_actor_loss`) and for the
-    gradient decomposition (which takes each term's gradient apart). "kl" is present only when
-    `ref_log_probs` is given (the KL-as-loss mode).
+    gradient decomposition (which takes each term's gradient apart). "entropy" is present only when
+    `entropy` is given (the supervised warm start has none), "kl" only when `ref_log_probs` is (the
+    KL-as-loss mode).
     """
     totals = dict(total_tokens=total_tokens, total_sequences=total_sequences)
     task, metrics = ppo_clip_policy_loss(log_probs, old_log_probs, advantages, response_mask, clip_low=clip_low,
                                          clip_high=clip_high, dual_clip=dual_clip, agg_mode=agg_mode, **totals)
-    terms = {"task": task, "entropy": aggregate_token_loss(entropy, response_mask, agg_mode, **totals)}
+    terms = {"task": task}
+    if entropy is not None:
+        terms["entropy"] = aggregate_token_loss(entropy, response_mask, agg_mode, **totals)
     if ref_log_probs is not None:
         terms["kl"] = kl_loss(log_probs, ref_log_probs, response_mask, kl_estimator, agg_mode, **totals)
     return terms, metrics

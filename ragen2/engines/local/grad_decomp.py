@@ -6,8 +6,8 @@ bucketed by in-group reward std (`probe.grad_bucket_mode`: RAGEN-2's `quantile`,
 `probe.grad_buckets` buckets and the remainder in the last; `quantile_even`; or RAGEN-2's
 `fixed_rv` std bins [0,1) ... [5,inf)), and for each bucket the gradients of the actor
 loss's terms are taken separately, with no optimiser step: the clipped policy loss (task),
-the entropy term and the KL term. The terms are built exactly as `engines.local.ppo_update`
-builds them (same log-probs, clip ranges, aggregation and token/sequence totals), so
+the entropy term and the KL term. The terms come from the update's own builder,
+`learner.actor_loss` (same log-probs, clip ranges, aggregation and token/sequence totals), so
 
     g_task - entropy_coef * g_entropy + kl_coef * g_kl  =  gradient of the update's loss
 
@@ -51,18 +51,6 @@ def due(cfg: Config, step: int) -> bool:
     return cfg.probe.grad_every > 0 and step % cfg.probe.grad_every == 0
 
 
-def actor_loss_terms(policy, cfg: Config, ids, attn, mask, old_log_probs, advantages, ref_log_probs,
-                     total_tokens: int, total_sequences: int) -> dict[str, torch.Tensor]:
-    """The actor loss of `ppo_update`, term by term: {"task", "entropy"[, "kl"]} (unscaled)."""
-    log_probs, entropy = learner.policy_log_probs(policy, ids, attn, mask, cfg.rollout.temperature, with_entropy=True,
-                                                  shared_prefix=cfg.optim.shared_prefix)
-    ref = ref_log_probs if cfg.algo.kl_mode == "loss" else None
-    terms, _ = losses.actor_loss_terms(log_probs, entropy, old_log_probs, advantages, mask, ref,
-                                       **learner.actor_loss_settings(cfg.algo), total_tokens=total_tokens,
-                                       total_sequences=total_sequences)
-    return terms
-
-
 def loss_coefficients(cfg: Config, names) -> dict[str, float]:
     """How the terms enter the total loss (losses.actor_loss_coefficients), for the terms present."""
     coefs = losses.actor_loss_coefficients(cfg.algo.entropy_coef, cfg.algo.kl_coef)
@@ -90,13 +78,11 @@ def bucket_gradients(policy, cfg: Config, data: learner.UpdateInputs, rows: list
     tokens, sequences = int(mask.sum().item()), int((mask.sum(dim=1) > 0).sum().item())
     components: dict[str, list[torch.Tensor]] = {}
     values: dict[str, float] = {}
-    micro = cfg.optim.micro_batch_size
+    micro, settings = cfg.optim.micro_batch_size, learner.ActorLossSettings.update(cfg)
+    totals = dict(total_tokens=max(1, tokens), total_sequences=max(1, sequences))
     for start in range(0, len(rows), micro):
         idx = index[start:start + micro]
-        ref = data.ref_log_probs[idx] if data.ref_log_probs is not None else None
-        terms = actor_loss_terms(policy, cfg, data.input_ids[idx], data.attention_mask[idx], data.response_mask[idx],
-                                 data.old_log_probs[idx], data.advantages[idx], ref,
-                                 max(1, tokens), max(1, sequences))
+        terms = learner.actor_loss(policy, learner.ActorBatch.of(data, idx), settings, totals).terms
         for name, value in terms.items():  # fixed totals: micro-batch losses sum to the bucket's
             values[name] = values.get(name, 0.0) + float(value.detach())
         grad_lib.accumulate(components, grad_lib.gradient_components(terms, params))

@@ -8,8 +8,8 @@ It only moves tensors: the advantage and loss maths live in `ragen2/algos`, sele
 from __future__ import annotations
 
 import contextlib
-import math
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 from torch import nn
@@ -20,6 +20,7 @@ from ragen2 import precision
 from ragen2.algos import losses
 from ragen2.algos.estimators import compute_advantages
 from ragen2.config import Config
+from ragen2.engines.local import minibatch
 from ragen2.engines.local import shared_prefix as prefix_lib
 
 
@@ -255,10 +256,6 @@ def reuses_current_log_probs(optim, rows: int) -> bool:
     return optim.ppo_epochs == 1 and optim.mini_batch_size >= rows
 
 
-# Loss terms whose micro-batch values are shares of the mini-batch's loss under loss_scope=mini_batch.
-ADDITIVE_METRICS = (names.ACTOR_PG_LOSS, names.ACTOR_ENTROPY, names.ACTOR_KL_LOSS, "critic/value_loss")
-
-
 def packs_by_prefix(optim, rows: int) -> bool:
     """Whether the update cuts micro-batches by shared prefix instead of by length.
 
@@ -270,158 +267,169 @@ def packs_by_prefix(optim, rows: int) -> bool:
     return optim.shared_prefix and optim.loss_scope == "mini_batch" and reuses_current_log_probs(optim, rows)
 
 
-def clip_grad(module: nn.Module, max_norm: float) -> float:
-    """Clip the module's gradient to `max_norm`; returns its pre-clip norm (non-finite: do not step)."""
-    return float(torch.nn.utils.clip_grad_norm_([p for p in module.parameters() if p.requires_grad], max_norm))
+@dataclass(frozen=True)
+class ActorLossSettings:
+    """How `actor_loss` builds the loss: the forward's settings and losses.actor_loss_terms's."""
+
+    temperature: float  # the sampling temperature the log-probs are taken at
+    shared_prefix: bool  # optim.shared_prefix: rows sharing a prompt encode it once
+    with_entropy: bool  # an "entropy" term (and its forward cost)
+    kl_as_loss: bool  # a "kl" term, when the batch has reference log-probs
+    terms: dict  # clip_low, clip_high, dual_clip, agg_mode, kl_estimator
+
+    @classmethod
+    def update(cls, cfg: Config) -> ActorLossSettings:
+        """The PPO update's (and the gradient decomposition's): the algo section as configured."""
+        algo = cfg.algo
+        return cls(cfg.rollout.temperature, cfg.optim.shared_prefix, True, algo.kl_mode == "loss",
+                   dict(clip_low=algo.clip_low, clip_high=algo.clip_high, dual_clip=algo.dual_clip,
+                        agg_mode=algo.loss_agg, kl_estimator=algo.kl_estimator))
+
+    @classmethod
+    def supervised(cls, cfg: Config) -> ActorLossSettings:
+        """The supervised warm start's: the model's own distribution (temperature 1), token-mean,
+        no entropy or KL term. With advantage 1 and ratio 1 (`ActorBatch.demonstrations`) the task
+        term's gradient is the token-mean NLL's (losses.sft_loss), bit for bit: SFT is the policy
+        loss on demonstrations with a constant advantage."""
+        algo = cfg.algo
+        return cls(1.0, cfg.optim.shared_prefix, False, False,
+                   dict(clip_low=algo.clip_low, clip_high=algo.clip_high, dual_clip=None, agg_mode="token-mean",
+                        kl_estimator=algo.kl_estimator))
 
 
-def actor_loss_settings(algo) -> dict:
-    """The algo section's fields that losses.actor_loss_terms takes (one mapping for every caller)."""
-    return dict(clip_low=algo.clip_low, clip_high=algo.clip_high, dual_clip=algo.dual_clip,
-                agg_mode=algo.loss_agg, kl_estimator=algo.kl_estimator)
+@dataclass
+class ActorBatch:
+    """The rows of one micro-batch of the actor loss, row-aligned."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    response_mask: torch.Tensor
+    advantages: torch.Tensor
+    old_log_probs: torch.Tensor | None = None  # None: the current ones, detached (ratio exactly 1)
+    ref_log_probs: torch.Tensor | None = None
+
+    @classmethod
+    def of(cls, data: UpdateInputs, rows: torch.Tensor) -> ActorBatch:
+        """Rows `rows` of the update's inputs."""
+        def pick(tensor):
+            return tensor[rows] if tensor is not None else None
+        return cls(data.input_ids[rows], data.attention_mask[rows], data.response_mask[rows], data.advantages[rows],
+                   pick(data.old_log_probs), pick(data.ref_log_probs))
+
+    @classmethod
+    def demonstrations(cls, batch, rows: torch.Tensor) -> ActorBatch:
+        """Rows `rows` of a batch of demonstrations: advantage 1 on every token, on-policy."""
+        mask = batch.response_mask[rows]
+        return cls(batch.input_ids[rows], batch.attention_mask[rows], mask, torch.ones(mask.shape, device=mask.device))
 
 
-def _actor_backward(policy: nn.Module, data: UpdateInputs, idx: torch.Tensor, ids: torch.Tensor,
-                    attn: torch.Tensor, rmask: torch.Tensor, cfg: Config, totals_kw: dict, loss_scale: float,
-                    record, weight: float = 1.0) -> bool:
-    """One micro-batch (rows `idx`, already sliced to ids/attn/rmask) of the actor loss (clipped
-    policy loss, entropy bonus, KL as a loss), times `weight`: backward and record; False
-    (nothing accumulated) when the loss is not finite."""
-    algo = cfg.algo
-    log_probs, entropy = policy_log_probs(policy, ids, attn, rmask, cfg.rollout.temperature, with_entropy=True,
-                                          shared_prefix=cfg.optim.shared_prefix)
-    old = data.old_log_probs[idx] if data.old_log_probs is not None else log_probs.detach()
-    ref = data.ref_log_probs[idx] if data.ref_log_probs is not None and algo.kl_mode == "loss" else None
-    terms, pg_metrics = losses.actor_loss_terms(log_probs, entropy, old, data.advantages[idx], rmask, ref,
-                                                **actor_loss_settings(algo), **totals_kw)
-    loss = losses.combine_actor_loss(terms, losses.actor_loss_coefficients(algo.entropy_coef, algo.kl_coef,
-                                                                           task_scale=loss_scale))
+@dataclass
+class ActorLoss:
+    terms: dict[str, torch.Tensor]  # unscaled {"task"[, "entropy"][, "kl"]}: losses.actor_loss_terms
+    metrics: dict[str, torch.Tensor]  # the policy loss's clip fractions, approx KL, ratios
+    log_probs: torch.Tensor  # of the sampled tokens, with gradient
+
+
+def actor_loss(policy: nn.Module, batch: ActorBatch, settings: ActorLossSettings, totals: dict) -> ActorLoss:
+    """The one builder of the actor's loss terms: the PPO update, the gradient decomposition and
+    the supervised warm start all take their loss from here. `totals`: the mini-batch's
+    total_tokens / total_sequences (losses.aggregate_token_loss), or {} for the micro-batch's own."""
+    log_probs, entropy = policy_log_probs(policy, batch.input_ids, batch.attention_mask, batch.response_mask,
+                                          settings.temperature, with_entropy=settings.with_entropy,
+                                          shared_prefix=settings.shared_prefix)
+    old = batch.old_log_probs if batch.old_log_probs is not None else log_probs.detach()
+    ref = batch.ref_log_probs if settings.kl_as_loss else None
+    terms, metrics = losses.actor_loss_terms(log_probs, entropy, old, batch.advantages, batch.response_mask, ref,
+                                             **settings.terms, **totals)
+    return ActorLoss(terms, metrics, log_probs)
+
+
+POLICY_METRICS = ("clipfrac_high", "clipfrac_low", "approx_kl", "ratio_max")  # logged as actor/<key>
+
+
+def _actor_micro_loss(models: Models, data: UpdateInputs, rows: torch.Tensor, mini: minibatch.MiniBatch,
+                      cfg: Config, options: UpdateOptions):
+    """(weighted loss, logged) of the actor on micro-batch `rows`; None when the loss is not finite."""
+    built = actor_loss(models.policy, ActorBatch.of(data, rows), ActorLossSettings.update(cfg), mini.totals)
+    coefficients = losses.actor_loss_coefficients(cfg.algo.entropy_coef, cfg.algo.kl_coef,
+                                                  task_scale=options.loss_scale)
+    loss = losses.combine_actor_loss(built.terms, coefficients)
     if not torch.isfinite(loss):
-        return False
-    (weight * loss).backward()
-    if "kl" in terms:
-        record(names.ACTOR_KL_LOSS, terms["kl"].item())
-    record(names.ACTOR_PG_LOSS, terms["task"].item())
-    record(names.ACTOR_ENTROPY, terms["entropy"].item())
-    for key in ("clipfrac_high", "clipfrac_low", "approx_kl", "ratio_max"):
-        record(f"actor/{key}", pg_metrics[key].item())
-    return True
+        return None
+    terms = built.terms
+    logged = {names.ACTOR_KL_LOSS: terms["kl"]} if "kl" in terms else {}
+    logged |= {names.ACTOR_PG_LOSS: terms["task"], names.ACTOR_ENTROPY: terms["entropy"]}
+    logged |= {f"actor/{key}": built.metrics[key] for key in POLICY_METRICS}
+    return mini.weight * loss, logged
+
+
+def _critic_micro_loss(models: Models, data: UpdateInputs, rows: torch.Tensor, mini: minibatch.MiniBatch,
+                       cfg: Config, options: UpdateOptions):
+    """(weighted loss, logged) of the critic on micro-batch `rows`; None when the loss is not finite."""
+    values = critic_values(models.critic, data.input_ids[rows], data.attention_mask[rows],
+                           shared_prefix=cfg.optim.shared_prefix)
+    loss, value_metrics = losses.clipped_value_loss(values, data.old_values[rows], data.returns[rows],
+                                                    data.response_mask[rows], clip_range=cfg.algo.value_clip,
+                                                    agg_mode="token-mean",
+                                                    total_tokens=mini.totals.get("total_tokens"))
+    if not torch.isfinite(loss):
+        return None
+    logged = {minibatch.CRITIC_VALUE_LOSS: loss, minibatch.CRITIC_CLIPFRAC: value_metrics["vf_clipfrac"]}
+    return mini.weight * cfg.algo.value_coef * loss, logged
+
+
+@dataclass
+class UpdateOptions:
+    loss_scale: float = 1.0  # filter_loss_scaling: multiplies the policy term (snr.kept_fraction_scale)
+    train_actor: bool = True  # False: the critic warm-up trains the critic alone
+    on_micro_batch: Callable[[int, int], None] | None = None  # (done, total) after each micro-batch
 
 
 def ppo_update(models: Models, optimizers: Optimizers, data: UpdateInputs, cfg: Config,
-               generator: torch.Generator, loss_scale: float = 1.0, train_actor: bool = True,
-               on_micro_batch=None) -> dict[str, float]:
+               generator: torch.Generator, options: UpdateOptions | None = None) -> dict[str, float]:
     """PPO epochs over shuffled mini-batches with gradient accumulation; returns mean metrics.
 
-    `on_micro_batch(done, total)` is called after each micro-batch (the live progress line).
-
     A mini-batch whose loss or gradient (actor's or critic's) is not finite is skipped (no
-    optimiser step for either model) and counted once, and the run goes on. `train_actor=False` (critic warm-up) runs only the critic.
-    """
-    algo, optim = cfg.algo, cfg.optim
-    policy, critic = models.policy, models.critic
-    policy.train()
-    if critic is not None:
-        critic.train()
-    rows = data.input_ids.shape[0]
-    totals: dict[str, float] = {}
-    counts: dict[str, int] = {}
-
-    def record(name: str, value: float) -> None:
-        totals[name] = totals.get(name, 0.0) + float(value)
-        counts[name] = counts.get(name, 0) + 1
-
-    # With loss_scope=mini_batch a micro-batch's loss term is its share of the mini-batch's loss
-    # (sums over fixed totals), so the logged loss is the mini-batch's: the shares summed, then
-    # averaged over mini-batches. Averaging the shares would divide the loss by the number of
-    # micro-batches, and the logged value would change with micro_batch_size (or with packing).
-    shares: dict[str, float] = {}
-    summed = optim.loss_scope == "mini_batch"
-
-    def record_micro(name: str, value: float) -> None:
-        if summed and name in ADDITIVE_METRICS:
-            shares[name] = shares.get(name, 0.0) + float(value)
-        else:
-            record(name, value)
-
-    if not train_actor and critic is None:
-        raise ValueError("train_actor=False (critic warm-up) needs a critic")
-    if train_actor and data.old_log_probs is None and not reuses_current_log_probs(optim, rows):
-        raise ValueError("old_log_probs=None needs one optimiser step over the whole batch (ppo_epochs=1, "
-                         f"mini_batch_size >= {rows} rows); got ppo_epochs={optim.ppo_epochs}, "
-                         f"mini_batch_size={optim.mini_batch_size}")
-    lengths = data.attention_mask.sum(dim=1)
-    pack = packs_by_prefix(optim, rows)
-    skipped = 0
-    sizes = [min(optim.mini_batch_size, rows - start) for start in range(0, rows, optim.mini_batch_size)]
-    micro_total = optim.ppo_epochs * sum(math.ceil(size / optim.micro_batch_size) for size in sizes)
-    micro_done = 0
-    for _ in range(optim.ppo_epochs):
-        order = torch.randperm(rows, generator=generator)
-        for start in range(0, rows, optim.mini_batch_size):
-            mini = order[start:start + optim.mini_batch_size]
-            if pack:  # a group's rows in one micro-batch: its prompt is encoded once
-                micro_batches = prefix_lib.micro_batches(data.input_ids, data.attention_mask, data.response_mask,
-                                                         mini, optim.micro_batch_size,
-                                                         attention=prefix_lib.attention_cost(policy))
-                micro_total += len(micro_batches) - math.ceil(len(mini) / optim.micro_batch_size)
-            else:
-                # Longest rows first, so each micro-batch holds rows of similar length: a micro-batch
-                # is trimmed to its longest row, and the gradient sum does not depend on the grouping.
-                mini = mini[torch.argsort(lengths[mini], descending=True, stable=True)]
-                micro_batches = mini.split(optim.micro_batch_size)
-            mask = data.response_mask[mini]
-            total_tokens = max(1, int(mask.sum().item()))
-            total_sequences = max(1, int((mask.sum(dim=1) > 0).sum().item()))
-            totals_kw = dict(total_tokens=total_tokens, total_sequences=total_sequences)
-            weight = 1.0
-            if optim.loss_scope == "micro_batch":  # veRL: each micro-batch's own mean, then their mean
-                totals_kw, total_tokens = {}, None
-                weight = 1.0 / len(micro_batches)
-            finite = True
-            for idx in micro_batches:
-                ids, attn, rmask = data.input_ids[idx], data.attention_mask[idx], data.response_mask[idx]
-                if train_actor and not _actor_backward(policy, data, idx, ids, attn, rmask, cfg, totals_kw,
-                                                       loss_scale, record_micro, weight):
+    optimiser step for either model) and counted once, and the run goes on."""
+    options = options or UpdateOptions()
+    _check_update(models, data, cfg, options)
+    plan = minibatch.plan(data, cfg.optim, generator, packs_by_prefix(cfg.optim, data.input_ids.shape[0]),
+                          prefix_lib.attention_cost(models.policy))
+    with_critic = models.critic is not None
+    parts = ([_actor_micro_loss] if options.train_actor else []) + ([_critic_micro_loss] if with_critic else [])
+    stepping = ([minibatch.Stepped(optimizers.actor, models.policy, names.ACTOR_GRAD_NORM)]
+                if options.train_actor else [])
+    stepping += [minibatch.Stepped(optimizers.critic, models.critic, minibatch.CRITIC_GRAD_NORM)] if with_critic else []
+    for model in [models.policy, models.critic]:
+        if model is not None:
+            model.train()
+    metrics = minibatch.UpdateMetrics(sums_shares=cfg.optim.loss_scope == "mini_batch")
+    skipped, done, total = 0, 0, sum(len(mini.micro_batches) for mini in plan)
+    for mini in plan:
+        finite = True
+        for rows in mini.micro_batches:
+            for part in parts:  # actor then critic: each backward frees its graph before the next forward
+                built = part(models, data, rows, mini, cfg, options)
+                if built is None:
                     finite = False
                     break
-                if critic is not None:
-                    values = critic_values(critic, ids, attn, shared_prefix=optim.shared_prefix)
-                    value_loss, value_metrics = losses.clipped_value_loss(
-                        values, data.old_values[idx], data.returns[idx], rmask, clip_range=algo.value_clip,
-                        agg_mode="token-mean", total_tokens=total_tokens)
-                    if not torch.isfinite(value_loss):
-                        finite = False
-                        break
-                    (weight * algo.value_coef * value_loss).backward()
-                    record_micro("critic/value_loss", value_loss.item())
-                    record("critic/clipfrac", value_metrics["vf_clipfrac"].item())
-                micro_done += 1
-                if on_micro_batch is not None:
-                    on_micro_batch(micro_done, micro_total)
-            for name in list(shares):
-                record(name, shares.pop(name))
+                built[0].backward()
+                metrics.add_micro({name: value.item() for name, value in built[1].items()})
             if not finite:
-                optimizers.actor.zero_grad(set_to_none=True)
-                if optimizers.critic is not None:
-                    optimizers.critic.zero_grad(set_to_none=True)
-                skipped += 1
-                continue
-            # One loss, one step: when either gradient is not finite neither model steps, and the
-            # mini-batch counts once as skipped (stepping the other would update half of the loss).
-            stepping = [(optimizers.actor, policy)] if train_actor else []
-            stepping += [(optimizers.critic, critic)] if critic is not None else []
-            norms = [clip_grad(module, optim.grad_clip) for _, module in stepping]
-            if train_actor:
-                record(names.ACTOR_GRAD_NORM, norms[0] if math.isfinite(norms[0]) else float("nan"))
-            if critic is not None:
-                record("critic/grad_norm", norms[-1])
-            finite = all(math.isfinite(norm) for norm in norms)
-            for optimizer, _ in stepping:
-                if finite:
-                    optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-            skipped += 0 if finite else 1
-    metrics = {name: totals[name] / counts[name] for name in totals}
-    metrics[names.ACTOR_NONFINITE_SKIPPED_MINIBATCHES] = float(skipped)
-    return metrics
+                break
+            done += 1
+            if options.on_micro_batch is not None:
+                options.on_micro_batch(done, total)
+        metrics.end_mini_batch()
+        skipped += not minibatch.step_or_skip(stepping, finite, cfg.optim.grad_clip, metrics)
+    return metrics.means() | {names.ACTOR_NONFINITE_SKIPPED_MINIBATCHES: float(skipped)}
+
+
+def _check_update(models: Models, data: UpdateInputs, cfg: Config, options: UpdateOptions) -> None:
+    rows = data.input_ids.shape[0]
+    if not options.train_actor and models.critic is None:
+        raise ValueError("train_actor=False (critic warm-up) needs a critic")
+    if options.train_actor and data.old_log_probs is None and not reuses_current_log_probs(cfg.optim, rows):
+        raise ValueError("old_log_probs=None needs one optimiser step over the whole batch (ppo_epochs=1, "
+                         f"mini_batch_size >= {rows} rows); got ppo_epochs={cfg.optim.ppo_epochs}, "
+                         f"mini_batch_size={cfg.optim.mini_batch_size}")

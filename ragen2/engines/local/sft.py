@@ -34,7 +34,7 @@ from ragen2 import metric_names as names
 from ragen2.algos import losses
 from ragen2.config import Config
 from ragen2.engines.local import checkpoint as ckpt
-from ragen2.engines.local import learner
+from ragen2.engines.local import learner, minibatch
 from ragen2.engines.local import shared_prefix as prefix_lib
 from ragen2.engines.local.interrupts import Interrupts
 from ragen2.engines.local.run import env_factory
@@ -111,7 +111,10 @@ def learning_rate(cfg: Config, step: int) -> float:
 
 def sft_step(models: learner.Models, optimizer: torch.optim.Optimizer, batch: RolloutBatch, rows: list[int],
              cfg: Config, step: int) -> dict[str, float]:
-    """One optimiser step on `rows`: token-mean NLL of their assistant tokens, clipped, stepped."""
+    """One optimiser step on `rows`: token-mean NLL of their assistant tokens, clipped, stepped.
+
+    The loss is the actor's (learner.actor_loss, ActorLossSettings.supervised) at advantage 1 and
+    ratio 1, whose gradient is the NLL's; the NLL itself is what `sft/loss` logs."""
     policy = models.policy
     policy.train()
     index = torch.tensor(rows)
@@ -122,16 +125,15 @@ def sft_step(models: learner.Models, optimizer: torch.optim.Optimizer, batch: Ro
                                          attention=prefix_lib.attention_cost(policy))
     else:
         micro = index.split(cfg.optim.micro_batch_size)
-    loss_sum = 0.0
+    loss_sum, settings = 0.0, learner.ActorLossSettings.supervised(cfg)
     for part in micro:
-        log_probs, _ = learner.policy_log_probs(policy, ids[part], attn[part], mask[part],
-                                                shared_prefix=cfg.optim.shared_prefix)
-        loss = losses.sft_loss(log_probs, mask[part], total_tokens=total)
-        loss.backward()
-        loss_sum += loss.item()
+        built = learner.actor_loss(policy, learner.ActorBatch.demonstrations(batch, part), settings,
+                                   {"total_tokens": total})
+        built.terms["task"].backward()
+        loss_sum += losses.sft_loss(built.log_probs.detach(), mask[part], total_tokens=total).item()
     for group in optimizer.param_groups:
         group["lr"] = learning_rate(cfg, step)
-    norm = learner.clip_grad(policy, cfg.optim.grad_clip)
+    norm = minibatch.clip_grad(policy, cfg.optim.grad_clip)
     if math.isfinite(norm):
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)

@@ -25,7 +25,7 @@ from ragen2 import precision
 from ragen2.algos import losses
 from ragen2.config import Config
 from ragen2.engines.local import checkpoint as ckpt
-from ragen2.engines.local import grad_decomp, learner
+from ragen2.engines.local import dynamic_sampling, grad_decomp, learner
 from ragen2.engines.local.interrupts import Interrupts, StepAbandoned, restore_rng, rng_snapshot
 from ragen2.engines.local.run import Run, RunServices, RunState, env_factory
 from ragen2.engines.local.stoppers import Stop, StepResult, first_stop
@@ -33,12 +33,12 @@ from ragen2.engines.local.stoppers import interrupted as interrupt_stop
 from ragen2.instruments import completions
 from ragen2.instruments import probe as probe_lib
 from ragen2.progress import LiveLine
-from ragen2.rollout import RolloutBatch, evaluate, rollout
+from ragen2.rollout import RolloutBatch, evaluate
 from ragen2.rollout.batch import adjusted_rows, ragen_size_divisor
 from ragen2.run_dir import (DirectoryGuard, RunDirectoryGone, RunLog, checkpoint_name, read_steps,
                             write_config, write_summary)
 from ragen2.run_dir import summary as run_summary
-from ragen2.seeding import step_seeds, validation_sampling_seed, validation_seeds
+from ragen2.seeding import validation_sampling_seed, validation_seeds
 
 __all__ = ["Run", "RunServices", "RunState", "ResumeError", "StepResult", "env_factory", "setup", "train",
            "train_step", "validate"]
@@ -75,9 +75,8 @@ def train_step(run: Run) -> StepResult:
     models = services.models
     step_started = time.perf_counter()
     with timer(names.PHASE_ROLLOUT), services.interrupts.abandonable():  # only the sampling RNG moves: safe to drop
-        batch = rollout(models.policy, models.tokenizer, services.make_env, step_seeds(cfg, state.step),
-                        cfg.rollout, state.generator, progress=services.live.rollout("rollout"))
-    metrics = batch.metrics()
+        sampled = dynamic_sampling.sample(run)  # one rollout; filter.max_rounds > 1: DAPO's refill rounds
+    batch, metrics = sampled.batch, dynamic_sampling.report(run, sampled)  # rollout/*, sampling/* budget
     metrics.update(state.probe.maybe_run(state.step, models.policy, batch))  # timed on its own
     metrics.update(decompose_prefilter(run, batch))  # probe.grad_prefilter: before the filter
     with timer(names.PHASE_FILTER):
@@ -98,7 +97,7 @@ def train_step(run: Run) -> StepResult:
     # The whole step, probe and gradient decomposition included (the loop adds validation).
     metrics[names.TIME_STEP_S] = round(time.perf_counter() - step_started, 4)
     rollout_s = timer.seconds[names.PHASE_ROLLOUT]
-    metrics[names.THROUGHPUT_ROLLOUT] = batch.num_response_tokens / max(rollout_s, 1e-9)
+    metrics[names.THROUGHPUT_ROLLOUT] = metrics[names.SAMPLING_TOKENS] / max(rollout_s, 1e-9)
     alerts, collapse_alert = state.watch.observe(state.step, metrics, services.log)  # alerts -> events
     metrics.update(alerts)
     result = StepResult(metrics, recorded, filter_decision, collapse_alert)
@@ -163,8 +162,8 @@ def update_on(run: Run, batch: RolloutBatch, selection, timer: Timer) -> dict:
     scale = snr.kept_fraction_scale(selection.kept_fraction, cfg.algo.filter_loss_scaling)
     train_actor = trains_actor(run)
     with timer(names.PHASE_UPDATE):
-        metrics = learner.ppo_update(models, run.services.optimizers, data, cfg, state.generator, loss_scale=scale,
-                                     train_actor=train_actor, on_micro_batch=run.services.live.update())
+        metrics = learner.ppo_update(models, run.services.optimizers, data, cfg, state.generator,
+                                     learner.UpdateOptions(scale, train_actor, run.services.live.update()))
     metrics["actor/frozen_for_critic_warmup"] = float(not train_actor)
     tokens = batch.num_tokens * cfg.optim.ppo_epochs
     metrics[names.THROUGHPUT_UPDATE] = tokens / max(timer.seconds[names.PHASE_UPDATE], 1e-9)

@@ -341,33 +341,12 @@ def test_actor_loss_terms_and_their_combination_by_hand():
     assert "kl" not in without_ref
 
 
-def test_the_update_and_the_gradient_decomposition_take_the_same_actor_loss():
-    """The gradient the update backpropagates equals the sum of grad_decomp's weighted terms."""
-    from ragen2.engines.local import grad_decomp
-    from ragen2.config import load_config
-    from ragen2.engines.local import learner
-    from tests.tiny import tiny_llama, tiny_tokenizer
-
-    cfg = load_config(overrides=["algo.kl_coef=0.05", "algo.entropy_coef=0.01"])
-    policy = tiny_llama(tiny_tokenizer("chatml"), seed=0)
-    ids = torch.tensor([[5, 6, 7, 8, 9, 10], [11, 12, 13, 14, 0, 0]])
-    attn = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]])
-    rmask = torch.tensor([[0, 0, 1, 1, 1, 1], [0, 1, 1, 1, 0, 0]]).bool()
-    with torch.no_grad():
-        old, _ = learner.policy_log_probs(policy, ids, attn, rmask)
-    data = learner.UpdateInputs(ids, attn, rmask, old - 0.01 * rmask, torch.tensor([[0.5] * 6, [-1.0] * 6]),
-                              ref_log_probs=old + 0.02 * rmask)
-    totals = dict(total_tokens=int(rmask.sum()), total_sequences=2)
-    learner._actor_backward(policy, data, torch.arange(2), ids, attn, rmask, cfg, totals, 1.0, lambda *_: None)
-    update_grads = [p.grad.clone() for p in policy.parameters()]
-    policy.zero_grad()
-    terms = grad_decomp.actor_loss_terms(policy, cfg, ids, attn, rmask, data.old_log_probs, data.advantages,
-                                         data.ref_log_probs, **totals)
-    assert set(terms) == {"task", "entropy", "kl"}
-    coefficients = grad_decomp.loss_coefficients(cfg, terms)
-    sum(coefficients[name] * term for name, term in terms.items()).backward()
-    for mine, theirs in zip(update_grads, (p.grad for p in policy.parameters())):
-        torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-7)
+def test_without_entropy_the_actor_loss_has_no_entropy_term():
+    # the supervised warm start takes no entropy: no term, not a zero one (its forward skips the cost)
+    log_probs, mask = torch.tensor([[-1.0, -2.0]]), torch.tensor([[True, True]])
+    terms, _ = losses.actor_loss_terms(log_probs, None, log_probs, torch.ones(1, 2), mask, None, clip_low=0.2,
+                                       clip_high=0.28, dual_clip=None, agg_mode="token-mean")
+    assert list(terms) == ["task"] and terms["task"].item() == pytest.approx(-1.0)  # -A * ratio, ratio 1
 
 
 def test_an_unknown_advantage_estimator_is_an_error_not_dr_grpo():

@@ -142,7 +142,8 @@ def test_critic_warmup_updates_the_critic_and_leaves_the_policy_untouched(tok):
     policy_before = copy.deepcopy(policy.state_dict())
     critic_before = copy.deepcopy(critic.state_dict())
     optimizers = learner.build_optimizers(models, cfg)
-    metrics = learner.ppo_update(models, optimizers, data, cfg, torch.Generator().manual_seed(0), train_actor=False)
+    metrics = learner.ppo_update(models, optimizers, data, cfg, torch.Generator().manual_seed(0),
+                                 learner.UpdateOptions(train_actor=False))
     assert all(torch.equal(policy_before[k], v) for k, v in policy.state_dict().items())
     assert any(not torch.equal(critic_before[k], v) for k, v in critic.state_dict().items())
     assert "critic/value_loss" in metrics and not any(k.startswith("actor/pg") for k in metrics)
@@ -150,4 +151,4 @@ def test_critic_warmup_updates_the_critic_and_leaves_the_policy_untouched(tok):
     # Without a critic there is nothing to warm up: a clear error, not a silent no-op update.
     with pytest.raises(ValueError, match="needs a critic"):
         learner.ppo_update(learner.Models(policy, tok, None, None, torch.device("cpu")), optimizers, data, cfg,
-                         torch.Generator().manual_seed(0), train_actor=False)
+                           torch.Generator().manual_seed(0), learner.UpdateOptions(train_actor=False))

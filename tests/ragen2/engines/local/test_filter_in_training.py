@@ -107,9 +107,9 @@ def spies(monkeypatch):
         seen["updated"].append(batch)
         return real_update_on(run, batch, selection, timer)
 
-    def ppo_update(models, optimizers, data, cfg, generator, **options):
+    def ppo_update(models, optimizers, data, cfg, generator, options=None):
         seen["ppo_rows"].append(int(data.input_ids.shape[0]))
-        return real_ppo(models, optimizers, data, cfg, generator, **options)
+        return real_ppo(models, optimizers, data, cfg, generator, options)
 
     monkeypatch.setattr(trainer, "rollout", rollout)
     monkeypatch.setattr(trainer, "update_on", update_on)

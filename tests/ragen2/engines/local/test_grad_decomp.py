@@ -181,6 +181,23 @@ def test_components_add_up_to_the_update_gradient(policy, loss_agg, kl_coef):
         assert torch.equal(p, q) and p.grad is None
 
 
+def test_the_decompositions_task_term_is_the_updates_loss_on_the_same_batch(policy):
+    # One builder (learner.actor_loss) for both: with no entropy or KL weight the update's loss is
+    # the task term alone, so its logged loss and its gradient are the decomposition's task term's.
+    cfg = _config("seq-mean-token-mean", 0.0)
+    cfg.algo.entropy_coef = 0.0
+    batch, data = _inputs(policy, with_ref=False)
+    whole = list(grad_decomp.iter_bucket_gradients(policy, cfg, batch, data))[-1]
+    optimizer = CapturingOptimizer(policy.parameters())
+    models = learner.Models(policy, None, None, None, torch.device("cpu"))
+    metrics = learner.ppo_update(models, learner.Optimizers(optimizer, None), data, cfg,
+                                 torch.Generator().manual_seed(0))
+    assert abs(whole.loss_values["task"]) > 1e-3  # not trivially zero
+    assert metrics["actor/pg_loss"] == pytest.approx(whole.loss_values["task"], rel=1e-5)
+    for mine, theirs in zip(whole.components["task"], optimizer.grads):
+        torch.testing.assert_close(mine, theirs, atol=1e-6, rtol=1e-5)
+
+
 def test_filter_loss_scaling_scales_the_advantages_not_the_regularisers(policy):
     # RAGEN-2 multiplies the advantages by the kept fraction (linear) or its root (sqrt): the
     # update's gradient is s * g_task - entropy_coef * g_entropy + kl_coef * g_kl.
@@ -192,7 +209,7 @@ def test_filter_loss_scaling_scales_the_advantages_not_the_regularisers(policy):
     optimizer = CapturingOptimizer(policy.parameters())
     models = learner.Models(policy, None, None, None, torch.device("cpu"))
     learner.ppo_update(models, learner.Optimizers(optimizer, None), data, cfg, torch.Generator().manual_seed(0),
-                     loss_scale=scale)
+                       learner.UpdateOptions(loss_scale=scale))
     for mine, theirs in zip(expected, optimizer.grads):
         torch.testing.assert_close(mine, theirs, atol=1e-5, rtol=0)
     scaled_adv = learner.UpdateInputs(data.input_ids, data.attention_mask, data.response_mask, data.old_log_probs,
