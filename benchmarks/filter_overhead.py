@@ -79,20 +79,6 @@ def time_selection(calls: int, run_shape: tuple[int, int]) -> list[dict]:
     return results
 
 
-def capture_rollouts() -> list:
-    """Wrap trainer.rollout so the batch of each step can be reused (train_step does not return it)."""
-    seen = []
-    real = trainer.rollout
-
-    def rollout(*args, **kwargs):
-        batch = real(*args, **kwargs)
-        seen.append(batch)
-        return batch
-
-    trainer.rollout = rollout
-    return seen
-
-
 def update_inputs(run, batch):
     """The update's inputs of a (filtered) batch (learner.update_inputs, as trainer.update_on
     builds them, old log-probs included) and the seconds its old log-probs took."""
@@ -111,7 +97,7 @@ def restore(run, saved: dict) -> learner.Optimizers:
 
 
 def time_update_vs_kept(run, batch, repeats: int) -> dict:
-    rewards = trainer.group_rewards(batch)
+    rewards = batch.reward_matrix()
     num_groups = rewards.shape[0]
     models = run.services.models
     saved = {"policy": copy.deepcopy(models.policy.state_dict())}
@@ -193,11 +179,11 @@ def main() -> None:
                       overrides=["probe.every=0", "rollout.max_new_tokens=16", *args.overrides])
     selection = time_selection(args.select_calls, (cfg.rollout.num_groups, cfg.rollout.group_size))
     run = trainer.setup(cfg, Path(tempfile.mkdtemp(prefix="filter-overhead-")), quiet=True)
-    batches = capture_rollouts()
     warmup = trainer.train_step(run).metrics
     run.state.step += 1
-    step = trainer.train_step(run).metrics
-    step_s, batch = step[names.TIME_STEP_S], batches[-1]
+    result = trainer.train_step(run)
+    step, batch = result.metrics, result.batch  # the step's own rollout, reused for the update timings
+    step_s = step[names.TIME_STEP_S]
 
     worst = max(r["seconds_per_call"] for r in selection if r["shape"] == [cfg.rollout.num_groups,
                                                                            cfg.rollout.group_size])

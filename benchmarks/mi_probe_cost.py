@@ -104,18 +104,9 @@ def main() -> int:
         run, load_s = timed(trainer.setup, cfg, Path(folder) / "run", quiet=True)
         policy, tokenizer = run.services.models.policy, run.services.models.tokenizer
 
-        # 3. a real training step (probe off), keeping the batch it rolled out for the probe
-        rolled_out = []
-
-        def rollout_and_keep(*call_args, **call_kwargs):
-            rolled_out.append(trainer_rollout(*call_args, **call_kwargs))
-            return rolled_out[-1]
-
-        trainer_rollout, trainer.rollout = trainer.rollout, rollout_and_keep
+        # 3. a real training step (probe off); the batch it rolled out is the one probed
         step_result, step_s = timed(trainer.train_step, run)
-        step_metrics = step_result.metrics
-        trainer.rollout = trainer_rollout
-        batch = rolled_out[0]
+        step_metrics, batch = step_result.metrics, step_result.batch
         # auto: as the trainer resolved it for the env in setup (reply for an answer-only env)
         segment = cfg.probe.segment if args.segment == "auto" else args.segment
         probe = probe_lib.Probe(ProbeSection(every=1, mode=args.mode, num_samples=args.num_samples,

@@ -43,23 +43,18 @@ ARMS_FILE, VAL_BEFORE_FILE = "arms.jsonl", "val_before.json"
 
 
 def record_arms(run_dir: Path, run: trainer.Run):
-    """Wrap trainer.rollout (training steps only: validation goes through rollout.evaluate) so each
-    step's arm counts are appended to arms.jsonl; returns the function that unwraps it."""
-    real = trainer.rollout
-
-    def rollout(*args, **kwargs):
-        batch = real(*args, **kwargs)
-        trajs = batch.trajectories
+    """A `trainer.train(on_step=...)` callback: appends each training step's arm counts (its rollout
+    batch; validation's episodes are not in it) to arms.jsonl."""
+    def record(result: trainer.StepResult) -> None:
+        trajs = result.batch.trajectories
         invalid = sum(1 for t in trajs if not t.success and math.isclose(t.reward, FORMAT_PENALTY))
         safe = sum(1 for t in trajs if not t.success and math.isclose(t.reward, SAFE_PAYOFF))
         line = {"step": run.state.step, "n": len(trajs), "high_risk": sum(t.success for t in trajs), "safe": safe,
                 "invalid": invalid}
         with (run_dir / ARMS_FILE).open("a") as f:
             f.write(json.dumps(line) + "\n")
-        return batch
 
-    trainer.rollout = rollout
-    return lambda: setattr(trainer, "rollout", real)
+    return record
 
 
 def train_one(cfg, run_dir: Path) -> float:
@@ -70,11 +65,7 @@ def train_one(cfg, run_dir: Path) -> float:
     run = trainer.setup(cfg, run_dir, quiet=True)
     before = trainer.validate(run)
     (run_dir / VAL_BEFORE_FILE).write_text(json.dumps(before))
-    undo = record_arms(run_dir, run)
-    try:
-        trainer.train(run)
-    finally:
-        undo()
+    trainer.train(run, on_step=record_arms(run_dir, run))
     return time.time() - started
 
 

@@ -1,9 +1,10 @@
 """A local run, in two parts: what a checkpoint saves (`RunState`) and what the run uses
-(`RunServices`). `trainer.setup` builds each complete, the state fresh or from a checkpoint."""
+(`RunServices`). `trainer.setup` builds each complete, the state fresh or from a checkpoint.
+`StepResult` is what one training step hands back (trainer.train_step)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -16,6 +17,7 @@ from ragen2.engines.local import learner
 from ragen2.engines.local.interrupts import Interrupts
 from ragen2.instruments import probe as probe_lib
 from ragen2.progress import LiveLine
+from ragen2.rollout.batch import RolloutBatch
 from ragen2.run_dir import DirectoryGuard, RunLog
 
 
@@ -83,3 +85,23 @@ class Run:
     run_dir: Path
     state: RunState
     services: RunServices
+
+
+@dataclass
+class StepResult:
+    """What `trainer.train_step` observed: its metrics row, the rollout batch and the filter's
+    selection of it, the trajectories it recorded, what the watchers saw. Validation (in the loop)
+    adds its observation; then the stoppers (engines/local/stoppers) are asked once."""
+
+    metrics: dict
+    batch: RolloutBatch | None = None  # the step's rollout, before the filter
+    selection: snr.Selection | None = None  # the filter's decision on `batch`
+    completions: list = field(default_factory=list)  # ragen2.instruments.completions.pick
+    filter_decision: snr.StopDecision = field(default_factory=lambda: snr.StopDecision(False))
+    collapse_alert: object | None = None  # a mi_probe.Alert that asks to stop (CollapseWatch.observe)
+    validation_decision: snr.StopDecision | None = None  # set when this step validated
+
+    @property
+    def watchers_stop(self) -> bool:
+        """The filter's policy or the collapse watch asks to stop: the run's last step (it validates its end)."""
+        return self.filter_decision.stop or self.collapse_alert is not None

@@ -1,19 +1,18 @@
 """Whether a run stops after a step, and why: an ordered list of stoppers, the first decision wins.
 
-A step records what its watchers observed (`StepResult`: the filter's stop policy on the
+A step records what its watchers observed (`run.StepResult`: the filter's stop policy on the
 selection, the collapse watch's alert, the validation rule); each stopper reads one of them, or
-the pending signal, and returns a `Stop` or None. Stoppers only read, so the list may be asked
-again after validation adds its observation. The decision is what the run reports: the `stop`
-event in events.jsonl and its printed line, the step row's `stop_reason`, summary.json's.
+the pending signal, and returns a `Stop` or None. The training loop asks once per step, after
+validation has added its observation. The decision is what the run reports: the `stop` event in
+events.jsonl and its printed line, the step row's `stop_reason`, summary.json's.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
-import snr
-from ragen2.engines.local.run import Run
+from ragen2.engines.local.run import Run, StepResult
 
 
 @dataclass(frozen=True)
@@ -30,21 +29,8 @@ class Stop:
         return self.signal is not None
 
 
-@dataclass
-class StepResult:
-    """What `trainer.train_step` returns: the step's metrics row, its recorded trajectories, what
-    the watchers saw, and the stop decision so far (`stop`, from `first_stop`)."""
-
-    metrics: dict
-    completions: list = field(default_factory=list)  # ragen2.instruments.completions.pick
-    filter_decision: snr.StopDecision = field(default_factory=lambda: snr.StopDecision(False))
-    collapse_alert: object | None = None  # a mi_probe.Alert that asks to stop (CollapseWatch.observe)
-    validation_decision: snr.StopDecision | None = None  # set when this step validated
-    stop: Stop | None = None
-
-
-def interrupted(run: Run, result: StepResult) -> Stop | None:
-    """SIGINT / SIGTERM arrived (engines/local/interrupts)."""
+def interrupted(run: Run, result: StepResult | None = None) -> Stop | None:
+    """SIGINT / SIGTERM arrived (engines/local/interrupts); between steps there is no result to read."""
     interrupts = run.services.interrupts
     return Stop("interrupted", signal=interrupts.signal_name) if interrupts.requested else None
 

@@ -1,9 +1,10 @@
 """The training loop of the local engine: StarPO rollouts → SNR filter → PPO/GRPO update.
 
 `train_step` is the data flow of one training step (rollout, probe, filter, old/ref log-probs and
-values, advantages, update), one call per line, returning a `StepResult`; `train` wraps it with
-seeding, validation, checkpoints, logging and the stoppers (engines/local/stoppers). A run is its
-checkpointed `RunState` and its `RunServices` (engines/local/run).
+values, advantages, update), one call per line, returning what it observed (a `StepResult`: the
+batch, the selection, the metrics); `train` wraps it with seeding, validation, checkpoints, logging
+and the stoppers (engines/local/stoppers), asked once per step. A run is its checkpointed
+`RunState` and its `RunServices` (engines/local/run).
 """
 
 from __future__ import annotations
@@ -25,20 +26,20 @@ from ragen2 import precision
 from ragen2.algos import losses
 from ragen2.config import Config
 from ragen2.engines.local import checkpoint as ckpt
-from ragen2.engines.local import dynamic_sampling, grad_decomp, learner
+from ragen2.engines.local import grad_decomp, learner
 from ragen2.engines.local.interrupts import Interrupts, StepAbandoned, restore_rng, rng_snapshot
-from ragen2.engines.local.run import Run, RunServices, RunState, env_factory
-from ragen2.engines.local.stoppers import Stop, StepResult, first_stop
+from ragen2.engines.local.run import Run, RunServices, RunState, StepResult, env_factory
+from ragen2.engines.local.stoppers import Stop, first_stop
 from ragen2.engines.local.stoppers import interrupted as interrupt_stop
 from ragen2.instruments import completions
 from ragen2.instruments import probe as probe_lib
 from ragen2.progress import LiveLine
-from ragen2.rollout import RolloutBatch, evaluate
+from ragen2.rollout import RolloutBatch, evaluate, rollout
 from ragen2.rollout.batch import adjusted_rows, ragen_size_divisor
 from ragen2.run_dir import (DirectoryGuard, RunDirectoryGone, RunLog, checkpoint_name, read_steps,
                             write_config, write_summary)
 from ragen2.run_dir import summary as run_summary
-from ragen2.seeding import validation_sampling_seed, validation_seeds
+from ragen2.seeding import step_seeds, validation_sampling_seed, validation_seeds
 
 __all__ = ["Run", "RunServices", "RunState", "ResumeError", "StepResult", "env_factory", "setup", "train",
            "train_step", "validate"]
@@ -58,11 +59,6 @@ class Timer:
         return {names.phase_seconds(phase): round(seconds, 4) for phase, seconds in self.seconds.items()}
 
 
-def group_rewards(batch: RolloutBatch) -> torch.Tensor:
-    """[P, G] trajectory rewards, group-major, for the filter."""
-    return batch.reward_matrix()
-
-
 def group_signal(batch: RolloutBatch, signal: str) -> torch.Tensor | None:
     """[P, G] values of the filter's signal when it is not the reward (filter.signal=success)."""
     return None if signal == "reward" else batch.signal_matrix(signal)
@@ -70,18 +66,19 @@ def group_signal(batch: RolloutBatch, signal: str) -> torch.Tensor | None:
 
 def train_step(run: Run) -> StepResult:
     """One step: rollout, probe, filter, old/ref log-probs and values, advantages, update; then
-    the collapse watch, and the stoppers' decision so far (validation may add one)."""
+    the collapse watch. Returns what it observed; whether the run stops is the loop's question."""
     cfg, state, services, timer = run.cfg, run.state, run.services, Timer()
     models = services.models
     step_started = time.perf_counter()
     with timer(names.PHASE_ROLLOUT), services.interrupts.abandonable():  # only the sampling RNG moves: safe to drop
-        sampled = dynamic_sampling.sample(run)  # one rollout; filter.max_rounds > 1: DAPO's refill rounds
-    batch, metrics = sampled.batch, dynamic_sampling.report(run, sampled)  # rollout/*, sampling/* budget
+        batch = rollout(models.policy, models.tokenizer, services.make_env, step_seeds(cfg, state.step),
+                        cfg.rollout, state.generator, progress=services.live.rollout("rollout"))
+    metrics = batch.metrics()
     metrics.update(state.probe.maybe_run(state.step, models.policy, batch))  # timed on its own
     metrics.update(decompose_prefilter(run, batch))  # probe.grad_prefilter: before the filter
     with timer(names.PHASE_FILTER):
         signal = group_signal(batch, cfg.filter.signal)
-        selection = snr.select_groups(group_rewards(batch), cfg.filter, signal=signal)
+        selection = snr.select_groups(batch.reward_matrix(), cfg.filter, signal=signal)
     metrics.update(selection.metrics)
     recorded = completions.pick(batch, cfg.trainer.log_completions, selection.kept.tolist())  # no RNG
     filter_decision = state.stop_policy.observe(selection)
@@ -97,12 +94,10 @@ def train_step(run: Run) -> StepResult:
     # The whole step, probe and gradient decomposition included (the loop adds validation).
     metrics[names.TIME_STEP_S] = round(time.perf_counter() - step_started, 4)
     rollout_s = timer.seconds[names.PHASE_ROLLOUT]
-    metrics[names.THROUGHPUT_ROLLOUT] = metrics[names.SAMPLING_TOKENS] / max(rollout_s, 1e-9)
+    metrics[names.THROUGHPUT_ROLLOUT] = batch.num_response_tokens / max(rollout_s, 1e-9)
     alerts, collapse_alert = state.watch.observe(state.step, metrics, services.log)  # alerts -> events
     metrics.update(alerts)
-    result = StepResult(metrics, recorded, filter_decision, collapse_alert)
-    result.stop = first_stop(run, result)
-    return result
+    return StepResult(metrics, batch, selection, recorded, filter_decision, collapse_alert)
 
 
 def decompose_prefilter(run: Run, batch: RolloutBatch) -> dict:
@@ -285,13 +280,16 @@ def restore(run_dir: Path, models: learner.Models, optimizers: learner.Optimizer
     return latest
 
 
-def train(run: Run) -> dict:
+def train(run: Run, on_step=None) -> dict:
     """Run the remaining steps; returns the summary (also written to summary.json, unless the
-    run was interrupted: then `summary["interrupted"]` names the signal and the run resumes)."""
+    run was interrupted: then `summary["interrupted"]` names the signal and the run resumes).
+
+    `on_step(result)` sees each step's `StepResult` once its row is logged (run.state.step is
+    still that step's index): how a script observes the batches without wrapping the trainer."""
     interrupts = run.services.interrupts
     interrupts.install()
     try:
-        return _train_loop(run)
+        return _train_loop(run, on_step)
     except RunDirectoryGone:
         run.services.log.close()
         raise
@@ -299,38 +297,39 @@ def train(run: Run) -> dict:
         interrupts.restore()
 
 
-def _train_loop(run: Run) -> dict:
+def _train_loop(run: Run, on_step) -> dict:
     cfg, state, services = run.cfg, run.state, run.services
     started = time.time()
     stop: Stop | None = None
     if cfg.trainer.val_before and state.step == 0 and validate_before(run) is None:
-        return _interrupted(run, started, interrupt_stop(run, StepResult({})))
+        return _interrupted(run, started, interrupt_stop(run))
     while state.step < cfg.trainer.total_steps:
         snapshot = rng_snapshot(state.generator)
         try:
             result = train_step(run)
         except StepAbandoned:  # nothing but the RNG had moved: put it back, the step never happened
             restore_rng(state.generator, snapshot)
-            stop = first_stop(run, StepResult({}))  # the interrupt
+            stop = interrupt_stop(run)
             break
         last = state.step + 1 == cfg.trainer.total_steps
-        ending = result.stop is not None and not result.stop.interrupted  # a finished run validates its end
-        if (cfg.trainer.val_every and (state.step + 1) % cfg.trainer.val_every == 0) or last or ending:
+        if validation_due(run, result, last):
             validate_step(run, result)
-            result.stop = first_stop(run, result)
+        stop = first_stop(run, result)  # the step's one decision
         services.live.stop()
-        if result.stop is not None and not result.stop.interrupted:
-            result.metrics["stop_reason"] = result.stop.reason
-            services.log.event("stop", reason=result.stop.reason, message=result.stop.message, step=state.step)
+        if stop is not None and not stop.interrupted:
+            result.metrics["stop_reason"] = stop.reason
+            services.log.event("stop", reason=stop.reason, message=stop.message, step=state.step)
         check_run_dir(run)
         services.log.step(state.step, result.metrics, result.completions)
+        if on_step is not None:
+            on_step(result)
         state.step += 1
-        stop = result.stop or interrupt_stop(run, result)  # a signal during the logging: honoured now
+        stop = stop or interrupt_stop(run)  # a signal during the logging: honoured now
         if (cfg.trainer.save_every and state.step % cfg.trainer.save_every == 0) or last or stop:
             save(run)
         if stop:
             break
-    stop = stop or interrupt_stop(run, StepResult({}))  # a signal while the last step was saved
+    stop = stop or interrupt_stop(run)  # a signal while the last step was saved
     if stop is not None and stop.interrupted:
         return _interrupted(run, started, stop)
     summary = summarise(read_steps(run.run_dir), stop.reason if stop else None, time.time() - started, run)
@@ -339,9 +338,17 @@ def _train_loop(run: Run) -> dict:
     return summary
 
 
+def validation_due(run: Run, result: StepResult, last: bool) -> bool:
+    """trainer.val_every, the last step, or a step a watcher stops the run on (a finished run
+    validates its end; an interrupted one is saved to resume, not finished)."""
+    every = run.cfg.trainer.val_every
+    ending = result.watchers_stop and not run.services.interrupts.requested
+    return bool(every and (run.state.step + 1) % every == 0) or last or ending
+
+
 def validate_step(run: Run, result: StepResult) -> None:
-    """Validate after the step (trainer.val_every, the last step, a stopping one) into its row;
-    RAGEN-2's low-validation-success rule observes it unless a stopper has already decided."""
+    """Validate after the step into its row; RAGEN-2's low-validation-success rule observes it
+    unless the run stops anyway (a watcher asked, or a signal arrived)."""
     metrics = result.metrics
     try:
         with run.services.interrupts.abandonable():
@@ -349,7 +356,8 @@ def validate_step(run: Run, result: StepResult) -> None:
     except StepAbandoned:
         metrics["val/abandoned"] = 1.0  # the update happened: keep the step, without its validation
     metrics[names.TIME_STEP_S] = round(metrics[names.TIME_STEP_S] + metrics.get(names.TIME_VALIDATION_S, 0.0), 4)
-    if names.VAL_SUCCESS_RATE in metrics and result.stop is None:
+    stopping = result.watchers_stop or run.services.interrupts.requested
+    if names.VAL_SUCCESS_RATE in metrics and not stopping:
         policy = run.state.stop_policy
         result.validation_decision = policy.observe_validation(metrics[names.VAL_SUCCESS_RATE])
         metrics["snr/low_validations"] = float(policy.low_validations)
