@@ -56,6 +56,14 @@ def val_pass_at(group_size: int) -> str:
     return f"{VAL_PASS_AT}{group_size}"
 
 
+# -- a training step's sampling, every generation round (local engine: engines/local/dynamic_sampling);
+# the bench's rollout budgets. rollout/* describe the step's first round only
+SAMPLING_ROUNDS = "sampling/rounds"  # generation rounds (1 unless filter.max_rounds > 1: dynamic sampling)
+SAMPLING_EPISODES = "sampling/episodes"  # training episodes rolled out, every round
+SAMPLING_TOKENS = "sampling/tokens"  # tokens the policy sampled, every round
+SAMPLING_ROUND_LIMIT = "sampling/round_limit"  # 1.0 when filter.max_rounds ended sampling before the batch was full
+
+
 # -- phase times (local engine's trainer.Timer), seconds ------------------------------------
 # the trainer times each phase under its name; time/<phase>_s is the row's key
 PHASE_ROLLOUT = "rollout"

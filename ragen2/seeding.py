@@ -20,6 +20,9 @@ EVAL_STREAM = 555_000_111  # `ragen2 eval` instances, apart from training and va
 AUDIT_STREAM = 424_242  # `ragen2 audit --model` instances, apart from training and validation
 DEMO_STREAM = 0xDE305  # `ragen2 demos` instances, apart from training, validation and eval
 PROBE_STREAM = 0x9B0BE  # the probe's row sampling, apart from everything else seeded by the step
+# dynamic sampling's extra rounds (filter.max_rounds): their own instances, so round 0 stays the
+# step's instances of every arm and arms with and without refill meet the same ones, paired
+REFILL_STREAM = 0xD5A90
 
 
 def instance_seeds(key: list[int], count: int) -> list[int]:
@@ -31,6 +34,13 @@ def instance_seeds(key: list[int], count: int) -> list[int]:
 def step_seeds(cfg: Config, step: int) -> list[int]:
     """The P instance seeds of a step: a pure function of (trainer.seed, step)."""
     return instance_seeds([cfg.trainer.seed, step], cfg.rollout.num_groups)
+
+
+def refill_seeds(cfg: Config, step: int, round_: int) -> list[int]:
+    """The P instance seeds of a step's extra generation round `round_` >= 1 (dynamic sampling)."""
+    if round_ < 1:
+        raise ValueError(f"refill round {round_}: round 0 is the step's own (step_seeds)")
+    return instance_seeds([cfg.trainer.seed, REFILL_STREAM, step, round_], cfg.rollout.num_groups)
 
 
 def validation_seeds(cfg: Config) -> list[int]:

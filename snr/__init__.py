@@ -41,6 +41,10 @@ def __getattr__(name: str):
         from . import selection
 
         return getattr(selection, name)
+    if name == "Refill":  # DAPO's dynamic sampling (snr.refill), torch too
+        from .refill import Refill
+
+        return Refill
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -52,6 +56,7 @@ __all__ = [
     "METRICS",
     "ORDERS",
     "PRESETS_DIR",
+    "Refill",
     "STRATEGIES",
     "Selection",
     "StopConfig",

@@ -94,12 +94,21 @@ class FilterConfig:
                   name: that per-episode field (the local engine: reward, success,
                   context_truncated; a library caller passes the values to select_groups as
                   `signal=`). The spread metrics are named after it (snr/success_std_mean).
+    max_rounds    rounds of generation per step. 1 (RAGEN-2's): filter the batch as sampled.
+                  n > 1: DAPO's dynamic sampling (arXiv 2503.14476; veRL's
+                  algorithm.filter_groups.max_num_gen_batches): while fewer groups with spread
+                  (in the signal) than the batch's group count were found, sample that many
+                  groups again, up to n rounds in all; the first groups with spread, up to the
+                  count, are then filtered. Read only with include_zero false (the groups it
+                  refills are those include_zero false drops). The caller samples: the local
+                  engine does; snr.Refill is the bookkeeping.
 
     A field set to a value other than its default that the strategy does not read is refused
     (strategy none with value 0.5 would otherwise keep every group without a word): value,
     metric, order, include_zero and signal are read by every strategy but none; top_p_mode
     by top_p; eps by top_p in linear mode; signal not by metric given with include_zero true
-    (the caller's scores rank). ddof is read by every strategy (the metrics too).
+    (the caller's scores rank); max_rounds only with include_zero false. ddof is read by every
+    strategy (the metrics too).
 
     The default keeps every group (no filter: the training config's default too).
     RAGEN-2's recommended filter, linear top-p 0.9 on the reward variance with
@@ -115,6 +124,7 @@ class FilterConfig:
     eps: float = 0.01
     ddof: Ddof = 1
     signal: str = "reward"
+    max_rounds: int = 1
 
     def __post_init__(self) -> None:
         if self.metric in _CALLER_SCORED:
@@ -134,6 +144,9 @@ class FilterConfig:
         if not isinstance(self.signal, str) or not _SIGNAL_NAME.fullmatch(self.signal):
             raise FilterConfigError(f"signal must be reward, success or the name of a per-episode field "
                                     f"(lower case letters, digits, _; not starting kept_); got {self.signal!r}")
+        if isinstance(self.max_rounds, bool) or not isinstance(self.max_rounds, int) or self.max_rounds < 1:
+            raise FilterConfigError(f"max_rounds must be a whole number >= 1 (1: no dynamic sampling); "
+                                    f"got {self.max_rounds!r}")
         eps = _number("eps", self.eps)
         if eps < 0:
             raise FilterConfigError(f"eps must be >= 0; got {eps}")
@@ -158,6 +171,10 @@ class FilterConfig:
             return chosen, "strategy top_p"
         if name == "eps" and (self.strategy != "top_p" or self.top_p_mode != "linear"):
             return chosen, "strategy top_p with top_p_mode linear"
+        if name == "max_rounds" and self.include_zero:
+            # dynamic sampling refills the zero-spread groups include_zero false drops
+            return (chosen if self.strategy == "none" else "include_zero true"), \
+                "include_zero false (with strategy top_p value 1.0: DAPO's dynamic sampling, the dapo-dynamic preset)"
         if name == "signal" and self.metric == "given" and self.include_zero:
             # caller scores rank the groups; the signal's spread would only decide the zero-spread drop
             return "metric given with include_zero true", "metric reward_variance or reward_std, or include_zero false"

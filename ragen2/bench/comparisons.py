@@ -19,6 +19,7 @@ from ragen2.bench.stats import paired_comparison
 BUDGETS = {
     "env_episodes": "env_episodes",  # training episodes rolled out (validation not counted)
     "sampled_tokens": "response_tokens",  # tokens the policy sampled in training rollouts
+    "generation_rounds": "generation_rounds",  # rollouts of num_groups groups (> steps: dynamic sampling)
     "update_tokens": "update_tokens",  # tokens through the update's forward/backward, every epoch
     "optimizer_steps": "optimizer_steps",
     "trained_steps": "steps_trained",  # steps not skipped by the filter

@@ -44,7 +44,7 @@ COLUMNS = ("name", "matrix", "env", "algo", "filter", "variant", "treatment", "r
            "steps", "steps_trained", "steps_skipped", "stop_reason", "val_success_before", "final_val_success",
            "best_val_success", "final_val_reward", "final_val_pass_at_g", "train_reward_mean", "last_train_reward",
            "kept_fraction_mean", "last_mi_zscore_ema", "probe_dtype", "wall_s", "rollout_s", "update_s", "rollout_tokens",
-           "response_tokens", "env_episodes", "update_tokens", "optimizer_steps", "optimizer_steps_per_trained_step",
+           "response_tokens", "env_episodes", "generation_rounds", "update_tokens", "optimizer_steps", "optimizer_steps_per_trained_step",
            "run_dir")
 AGGREGATED = ("val_success_before", "final_val_success", "best_val_success", "final_val_reward", "train_reward_mean",
               "steps_skipped", "wall_s", "rollout_s", "update_s", "rollout_tokens")
@@ -109,15 +109,29 @@ def cell_result(cell: dict) -> dict:
         "rollout_s": sum(rollout_s) if rollout_s else None,
         "update_s": sum(update_s) if update_s else None,
         "rollout_tokens": int(sum(logged(names.ROLLOUT_NUM_TOKENS))),
-        "response_tokens": int(round(sum((finite(r.get(names.ROLLOUT_RESPONSE_TOKENS_MEAN)) or 0.0)
-                                         * (finite(r.get(names.ROLLOUT_NUM_TRAJECTORIES)) or 0.0) for r in rows))),
-        "env_episodes": total(names.ROLLOUT_NUM_TRAJECTORIES),
+        "response_tokens": int(round(sampling_total(rows, names.SAMPLING_TOKENS, _round_tokens) or 0)),
+        "env_episodes": sampling_total(rows, names.SAMPLING_EPISODES,
+                                       lambda r: finite(r.get(names.ROLLOUT_NUM_TRAJECTORIES))),
+        "generation_rounds": sampling_total(rows, names.SAMPLING_ROUNDS, lambda r: 1.0),
         "update_tokens": total(names.UPDATE_TOKENS),
         "optimizer_steps": optimizer_steps,
         "optimizer_steps_per_trained_step": (optimizer_steps / summary["steps_trained"]
                                              if optimizer_steps is not None and summary["steps_trained"] else None),
     })
     return row
+
+
+def sampling_total(rows: list[dict], key: str, one_round) -> float | None:
+    """The sum over steps of a sampling/* budget (every generation round); a row without it (a run
+    from before dynamic sampling, the OpenRLHF engine) had one round: `one_round(row)` reads it."""
+    values = [v if (v := finite(r.get(key))) is not None else one_round(r) for r in rows]
+    values = [v for v in values if v is not None]
+    return sum(values) if values else None
+
+
+def _round_tokens(row: dict) -> float | None:
+    mean, count = finite(row.get(names.ROLLOUT_RESPONSE_TOKENS_MEAN)), finite(row.get(names.ROLLOUT_NUM_TRAJECTORIES))
+    return None if mean is None or count is None else mean * count
 
 
 def mean_std(values) -> dict:

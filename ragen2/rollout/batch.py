@@ -220,6 +220,41 @@ class RolloutBatch:
         spans = [(new, *span) for new, old in enumerate(order) for span in spans_of.get(old, ())]
         return dataclasses.replace(self, **moved, reasoning_spans=spans)
 
+    @classmethod
+    def concat(cls, batches: list["RolloutBatch"]) -> "RolloutBatch":
+        """One batch of several rollouts' rows (dynamic sampling's rounds), in order. Groups are
+        renumbered 0, 1, ... in order of appearance, so groups of different rounds never share an
+        id; rows are right-padded to the widest (input_ids with a pad id the batches already use)."""
+        batches = [b for b in batches if len(b)]
+        if not batches:
+            raise ValueError("concat needs at least one batch with rows")
+        if len({b.group_size for b in batches}) > 1:
+            raise ValueError(f"concat: group sizes differ ({sorted({b.group_size for b in batches})})")
+        width = max(b.input_ids.shape[1] for b in batches)
+        pads = [b.input_ids[b.attention_mask == 0] for b in batches]
+        fills = {"input_ids": next((int(p[0]) for p in pads if p.numel()), 0), "turn_index": -1}
+        parts: dict[str, list[torch.Tensor]] = {}
+        trajectories, spans, groups = [], [], 0
+        for b in batches:
+            renumber: dict[int, int] = {}
+            for t in b.trajectories:
+                renumber.setdefault(t.group, groups + len(renumber))
+            for name in b._tensor_fields():
+                value = getattr(b, name)
+                if name == "group_ids":
+                    value = torch.tensor([renumber[g] for g in value.tolist()], dtype=torch.long, device=value.device)
+                elif name == "traj_index":
+                    value = value + len(trajectories)
+                elif value.dim() == 2:
+                    value = torch.nn.functional.pad(value, (0, width - value.shape[1]), value=fills.get(name, 0))
+                parts.setdefault(name, []).append(value)
+            rows = sum(len(v) for v in parts["input_ids"][:-1])
+            spans += [(rows + row, turn, start, end) for row, turn, start, end in b.reasoning_spans]
+            trajectories += [dataclasses.replace(t, group=renumber[t.group]) for t in b.trajectories]
+            groups += len(renumber)
+        return dataclasses.replace(batches[0], **{name: torch.cat(values) for name, values in parts.items()},
+                                   trajectories=trajectories, reasoning_spans=spans)
+
     # --- metrics -----------------------------------------------------------------------------
 
     def grouped_rewards(self) -> dict[int, list[float]]:

@@ -27,7 +27,7 @@ def test_an_unknown_preset_lists_the_real_ones_and_the_closest():
     with pytest.raises(snr.UnknownPresetError) as error:
         snr.load_preset("snr-top-q")
     message = str(error.value)
-    assert "did you mean snr-top-p?" in message and "available: none, ragen2-main" in message
+    assert "did you mean snr-top-p?" in message and "available: dapo-dynamic, none, ragen2-main" in message
     with pytest.raises(ConfigError, match=r"unknown filter preset 'snr-top-q' \(did you mean snr-top-p\?\)"):
         load_config(filter="snr-top-q")
     with pytest.raises(snr.UnknownPresetError, match=r"available: none \(.* holds no presets\)"):

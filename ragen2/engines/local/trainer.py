@@ -26,7 +26,7 @@ from ragen2 import precision
 from ragen2.algos import losses
 from ragen2.config import Config
 from ragen2.engines.local import checkpoint as ckpt
-from ragen2.engines.local import grad_decomp, learner
+from ragen2.engines.local import dynamic_sampling, grad_decomp, learner
 from ragen2.engines.local.interrupts import Interrupts, StepAbandoned, restore_rng, rng_snapshot
 from ragen2.engines.local.run import Run, RunServices, RunState, StepResult, env_factory
 from ragen2.engines.local.stoppers import Stop, first_stop
@@ -34,12 +34,12 @@ from ragen2.engines.local.stoppers import interrupted as interrupt_stop
 from ragen2.instruments import completions
 from ragen2.instruments import probe as probe_lib
 from ragen2.progress import LiveLine
-from ragen2.rollout import RolloutBatch, evaluate, rollout
+from ragen2.rollout import RolloutBatch, evaluate
 from ragen2.rollout.batch import adjusted_rows, ragen_size_divisor
 from ragen2.run_dir import (DirectoryGuard, RunDirectoryGone, RunLog, checkpoint_name, read_steps,
                             write_config, write_summary)
 from ragen2.run_dir import summary as run_summary
-from ragen2.seeding import step_seeds, validation_sampling_seed, validation_seeds
+from ragen2.seeding import validation_sampling_seed, validation_seeds
 
 __all__ = ["Run", "RunServices", "RunState", "ResumeError", "StepResult", "env_factory", "setup", "train",
            "train_step", "validate"]
@@ -71,9 +71,8 @@ def train_step(run: Run) -> StepResult:
     models = services.models
     step_started = time.perf_counter()
     with timer(names.PHASE_ROLLOUT), services.interrupts.abandonable():  # only the sampling RNG moves: safe to drop
-        batch = rollout(models.policy, models.tokenizer, services.make_env, step_seeds(cfg, state.step),
-                        cfg.rollout, state.generator, progress=services.live.rollout("rollout"))
-    metrics = batch.metrics()
+        sampled = dynamic_sampling.sample(run)  # one rollout; filter.max_rounds > 1: DAPO's refill rounds
+    batch, metrics = sampled.batch, dynamic_sampling.report(run, sampled)  # rollout/*, sampling/* budget
     metrics.update(state.probe.maybe_run(state.step, models.policy, batch))  # timed on its own
     metrics.update(decompose_prefilter(run, batch))  # probe.grad_prefilter: before the filter
     with timer(names.PHASE_FILTER):
@@ -94,7 +93,7 @@ def train_step(run: Run) -> StepResult:
     # The whole step, probe and gradient decomposition included (the loop adds validation).
     metrics[names.TIME_STEP_S] = round(time.perf_counter() - step_started, 4)
     rollout_s = timer.seconds[names.PHASE_ROLLOUT]
-    metrics[names.THROUGHPUT_ROLLOUT] = batch.num_response_tokens / max(rollout_s, 1e-9)
+    metrics[names.THROUGHPUT_ROLLOUT] = metrics[names.SAMPLING_TOKENS] / max(rollout_s, 1e-9)
     alerts, collapse_alert = state.watch.observe(state.step, metrics, services.log)  # alerts -> events
     metrics.update(alerts)
     return StepResult(metrics, batch, selection, recorded, filter_decision, collapse_alert)

@@ -169,6 +169,10 @@ def unsupported(cfg: Config) -> list[str]:
                         "loss; only 'none' is supported")
     if f.strategy != "none" and f.metric == "given":
         problems.append("filter.metric=given: the OpenRLHF engine ranks groups by their reward spread only")
+    if f.max_rounds > 1:  # OpenRLHF's trainer samples one batch per step; our filter only selects from it
+        problems.append(f"filter.max_rounds={f.max_rounds}: dynamic sampling (extra generation rounds) runs in "
+                        "the local engine only; the OpenRLHF engine filters the batch it sampled; set "
+                        "filter.max_rounds=1")
     if p.dtype == "float32":
         problems.append("probe.dtype=float32: the OpenRLHF engine scores the probe with the actor's own forward, "
                         "in DeepSpeed's bf16 (the policy's compute dtype, as RAGEN-2 scores); it keeps no fp32 "

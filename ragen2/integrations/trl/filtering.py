@@ -38,6 +38,9 @@ class SNRFilterArgs:
     def __post_init__(self) -> None:
         if not isinstance(self.filter, FilterConfig):
             object.__setattr__(self, "filter", snr.load_preset(self.filter))
+        if self.filter.max_rounds > 1:  # TRL's trainer generates the batch; the filter only selects from it
+            raise ValueError(f"max_rounds={self.filter.max_rounds}: dynamic sampling (extra generation rounds) runs "
+                             "in ragen2's local engine only; here the filter selects from the batch TRL generated")
         if self.stop is not None and not isinstance(self.stop, StopConfig):
             raise TypeError(f"stop must be a snr.StopConfig or None; got {type(self.stop).__name__}")
         if self.loss_scaling not in snr.LOSS_SCALINGS:

@@ -158,7 +158,7 @@ def test_paired_differences_budgets_and_warnings_where_declared_budgets_differ(b
                "equal (seed 0: 2 vs 1, seed 1: 2 vs 1)")
     assert f"- **Warning**: {warning}" in text and text.count("- **Warning**") == 4
     assert f"warning: {warning}" in err and "env_episodes" not in err.replace("env_episodes, optimizer_steps", "")
-    assert "| sokoban--ppo--none--s1 | 8 | 44 | 220 | 2 | 2 | 1 |" in text  # the budget table
+    assert "| sokoban--ppo--none--s1 | 8 | 44 | 2 | 220 | 2 | 2 | 1 |" in text  # the budget table (2 rounds: one a step)
     data = json.loads((bench / "results.json").read_text())
     assert data["equal_budgets"] == ["env_episodes", "optimizer_steps"] and len(data["budget_warnings"]) == 4
     assert len(data["comparisons"]) == 4 and all(c["n"] == 2 for c in data["comparisons"])

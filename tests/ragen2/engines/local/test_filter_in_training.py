@@ -20,7 +20,7 @@ from envs import registry
 from envs.base import ActionOutcome, EnvConfig, TextEnv
 from envs.parsing import ParsedResponse
 from ragen2 import seeding
-from ragen2.engines.local import trainer
+from ragen2.engines.local import dynamic_sampling, trainer
 from ragen2.cli import main
 from ragen2.config import load_config
 from ragen2.engines.local import learner
@@ -96,7 +96,7 @@ def top_groups_by_std(rewards: list[list[float]], keep: int) -> list[int]:
 def spies(monkeypatch):
     """Record each step's full rollout, the batch handed to the update, and the rows PPO trained on."""
     seen = {"rollouts": [], "updated": [], "ppo_rows": []}
-    real_rollout, real_update_on, real_ppo = trainer.rollout, trainer.update_on, learner.ppo_update
+    real_rollout, real_update_on, real_ppo = dynamic_sampling.rollout, trainer.update_on, learner.ppo_update
 
     def rollout(*args, **kwargs):
         batch = real_rollout(*args, **kwargs)
@@ -111,7 +111,7 @@ def spies(monkeypatch):
         seen["ppo_rows"].append(int(data.input_ids.shape[0]))
         return real_ppo(models, optimizers, data, cfg, generator, options)
 
-    monkeypatch.setattr(trainer, "rollout", rollout)
+    monkeypatch.setattr(dynamic_sampling, "rollout", rollout)
     monkeypatch.setattr(trainer, "update_on", update_on)
     monkeypatch.setattr(learner, "ppo_update", ppo_update)
     return seen

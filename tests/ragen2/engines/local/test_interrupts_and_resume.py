@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from ragen2.engines.local import checkpoint as ckpt
-from ragen2.engines.local import trainer
+from ragen2.engines.local import dynamic_sampling, trainer
 from ragen2.cli import main
 from ragen2.engines.local import learner
 from ragen2.engines.local.interrupts import Interrupts, StepAbandoned
@@ -103,7 +103,7 @@ def _signal_during(monkeypatch, module, name, at_call, signum=signal.SIGINT):
 @pytest.mark.parametrize("phase, steps_done", [("rollout", 2), ("update", 3)])
 def test_an_interrupt_saves_the_last_completed_step_and_resume_equals_an_uninterrupted_run(
         tiny_model_dir, tmp_path, monkeypatch, capsys, reference, phase, steps_done):
-    module, name = (trainer, "rollout") if phase == "rollout" else (learner, "ppo_update")
+    module, name = (dynamic_sampling, "rollout") if phase == "rollout" else (learner, "ppo_update")
     _signal_during(monkeypatch, module, name, at_call=3)  # during step 3 (index 2)
     run = tmp_path / "r"
     code = main(["train", "--out", str(tmp_path), "trainer.run_name=r", *_common(tiny_model_dir, 4)])
@@ -124,7 +124,7 @@ def test_an_interrupt_saves_the_last_completed_step_and_resume_equals_an_uninter
 
 def test_an_interrupt_before_the_first_step_finishes_says_there_is_nothing_to_resume(
         tiny_model_dir, tmp_path, monkeypatch, capsys):
-    _signal_during(monkeypatch, trainer, "rollout", at_call=1, signum=signal.SIGTERM)
+    _signal_during(monkeypatch, dynamic_sampling, "rollout", at_call=1, signum=signal.SIGTERM)
     code = main(["train", "--out", str(tmp_path), "trainer.run_name=r", *_common(tiny_model_dir, 3)])
     assert code == 128 + signal.SIGTERM
     assert "nothing to resume" in capsys.readouterr().err
@@ -141,7 +141,7 @@ def test_a_run_whose_directory_is_removed_stops_and_writes_nothing_into_a_new_on
     import shutil
 
     run = tmp_path / "r"
-    original = trainer.rollout
+    original = dynamic_sampling.rollout
     calls = []
 
     def remove_during_step_2(*args, **kwargs):
@@ -153,7 +153,7 @@ def test_a_run_whose_directory_is_removed_stops_and_writes_nothing_into_a_new_on
                 (run / "config.yaml").write_text("another run's\n")
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(trainer, "rollout", remove_during_step_2)
+    monkeypatch.setattr(dynamic_sampling, "rollout", remove_during_step_2)
     code = main(["train", "--out", str(tmp_path), "trainer.run_name=r", "trainer.save_every=1",
                  *_common(tiny_model_dir, 4)])
     err = capsys.readouterr().err
