@@ -6,6 +6,12 @@ finished (ragen2.bench.stats). Each cell's budget, what it actually spent, is re
 metrics rows by report.cell_result; a suite may declare budgets its arms must spend equally
 (`equal_budgets: [env_episodes, optimizer_steps_per_trained_step]`), and a pair whose cells of
 one seed differ in one of them gets a warning: the comparison is then confounded by it.
+
+Each comparison says its basis. equal_steps: each arm's final validation after the suite's number of
+training steps (an update each, unless a filter skipped it). Where two arms sampled different
+numbers of episodes (DAPO's dynamic sampling samples extra rounds), also equal_episodes: per seed,
+each arm's last validation within the episodes the cheaper arm sampled in all, so the arm that
+sampled more is judged at the rollout budget the other spent.
 """
 
 from __future__ import annotations
@@ -26,6 +32,11 @@ BUDGETS = {
     "optimizer_steps_per_trained_step": "optimizer_steps_per_trained_step",
 }
 COMPARED = "final_val_success"
+AT_EQUAL_EPISODES = "val_success_at_equal_episodes"
+BASES = {"equal_steps": "at an equal number of training steps (each arm's final validation; a skipped step "
+                        "makes no update)",
+         "equal_episodes": "at an equal rollout budget (per seed, each arm's last validation within the "
+                           "training episodes the cheaper arm sampled; `trainer.val_every` sets how close)"}
 
 
 def arms_in_order(cells: list[dict], matrix: str) -> list[str]:
@@ -54,6 +65,24 @@ def budget_differences(a: dict[int, dict], b: dict[int, dict], budgets: list[str
     return out
 
 
+def at_episodes(curve: list, budget: float) -> float | None:
+    """Validation success at the last validated step within `budget` training episodes."""
+    within = [success for episodes, success in curve or () if episodes <= budget + 1e-9]
+    return within[-1] if within else None
+
+
+def equal_episode_values(a: dict[int, dict], b: dict[int, dict]) -> tuple[dict, dict, dict] | None:
+    """Per seed, both arms' success at the episodes the cheaper one sampled, and that budget; None
+    when the arms sampled equal episodes on every seed (the equal-steps comparison is then the one)."""
+    seeds = sorted(s for s in a.keys() & b.keys() if a[s]["env_episodes"] is not None and b[s]["env_episodes"] is not None)
+    if all(_same(a[s]["env_episodes"], b[s]["env_episodes"]) for s in seeds):
+        return None
+    budget = {s: min(a[s]["env_episodes"], b[s]["env_episodes"]) for s in seeds}
+    values = [{s: v for s in seeds if (v := at_episodes(arm[s].get("val_curve"), budget[s])) is not None}
+              for arm in (a, b)]
+    return values[0], values[1], budget
+
+
 def compare(cells: list[dict], results: list[dict], equal_budgets: list[str] = (),
             metric: str = COMPARED) -> list[dict]:
     """Every pair of arms within (matrix, env, row): `metric` of arm b − arm a over paired seeds,
@@ -72,8 +101,15 @@ def compare(cells: list[dict], results: list[dict], equal_budgets: list[str] = (
                 stats = paired_comparison({s: r[metric] for s, r in by_arm[a].items()},
                                           {s: r[metric] for s, r in by_arm[b].items()})
                 comparisons.append({"matrix": matrix, "env": env, "row": row, "a": a, "b": b, "metric": metric,
-                                    **stats, "budget_differences": budget_differences(by_arm[a], by_arm[b],
-                                                                                      list(equal_budgets))})
+                                    "basis": "equal_steps", **stats,
+                                    "budget_differences": budget_differences(by_arm[a], by_arm[b],
+                                                                             list(equal_budgets))})
+                matched = equal_episode_values(by_arm[a], by_arm[b]) if metric == COMPARED else None
+                if matched is not None:  # the budgets differ by design here: no budget warnings
+                    comparisons.append({"matrix": matrix, "env": env, "row": row, "a": a, "b": b,
+                                        "metric": AT_EQUAL_EPISODES, "basis": "equal_episodes",
+                                        **paired_comparison(matched[0], matched[1]), "episodes": matched[2],
+                                        "budget_differences": []})
     return comparisons
 
 
@@ -103,18 +139,22 @@ def _interval(ci) -> str:
 
 def comparison_lines(matrix: str, comparisons: list[dict]) -> list[str]:
     """The markdown table of one matrix's paired differences, in points of success rate."""
-    mine = [c for c in comparisons if c["matrix"] == matrix]
-    if not mine:
-        return []
-    label = {"final_val_success": "final validation success"}.get(mine[0]["metric"], mine[0]["metric"])
-    lines = [f"Paired differences of {label} (B − A, points; over the seeds "
-             "both arms finished; 95% CIs; exact sign-flip p, two-sided):", "",
-             "| env | row | B − A | n | mean | t CI | bootstrap CI | sign-flip p |", "|" + " --- |" * 8]
-    for c in mine:
-        p = "—" if c["sign_flip_p"] is None else f"{c['sign_flip_p']:.3g}" + ("" if c["p_exact"] else " (MC)")
-        lines.append(f"| {c['env']} | {c['row']} | {c['b']} − {c['a']} | {c['n']} | {_points(c['mean'])} | "
-                     f"{_interval(c['t_ci'])} | {_interval(c['bootstrap_ci'])} | {p} |")
-    return lines + [""]
+    lines = []
+    for basis, said in BASES.items():
+        mine = [c for c in comparisons if c["matrix"] == matrix and c.get("basis", "equal_steps") == basis]
+        if not mine:
+            continue
+        label = {COMPARED: "validation success", AT_EQUAL_EPISODES: "validation success"}.get(
+            mine[0]["metric"], mine[0]["metric"])
+        lines += [f"Paired differences of {label} {said} (B − A, points; over the seeds "
+                  "both arms finished; 95% CIs; exact sign-flip p, two-sided):", "",
+                  "| env | row | B − A | n | mean | t CI | bootstrap CI | sign-flip p |", "|" + " --- |" * 8]
+        for c in mine:
+            p = "—" if c["sign_flip_p"] is None else f"{c['sign_flip_p']:.3g}" + ("" if c["p_exact"] else " (MC)")
+            lines.append(f"| {c['env']} | {c['row']} | {c['b']} − {c['a']} | {c['n']} | {_points(c['mean'])} | "
+                         f"{_interval(c['t_ci'])} | {_interval(c['bootstrap_ci'])} | {p} |")
+        lines.append("")
+    return lines
 
 
 def budget_lines(results: list[dict], equal_budgets: list[str], warning_lines: list[str]) -> list[str]:

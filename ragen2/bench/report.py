@@ -115,6 +115,7 @@ def cell_result(cell: dict) -> dict:
         "generation_rounds": sampling_total(rows, names.SAMPLING_ROUNDS, lambda r: 1.0),
         "update_tokens": total(names.UPDATE_TOKENS),
         "optimizer_steps": optimizer_steps,
+        "val_curve": val_curve(rows),
         "optimizer_steps_per_trained_step": (optimizer_steps / summary["steps_trained"]
                                              if optimizer_steps is not None and summary["steps_trained"] else None),
     })
@@ -127,6 +128,19 @@ def sampling_total(rows: list[dict], key: str, one_round) -> float | None:
     values = [v if (v := finite(r.get(key))) is not None else one_round(r) for r in rows]
     values = [v for v in values if v is not None]
     return sum(values) if values else None
+
+
+def val_curve(rows: list[dict]) -> list[list[float]]:
+    """[training episodes sampled through the step, validation success] at each validated step: what
+    the equal-rollout-budget comparison reads (results.json only)."""
+    curve, episodes = [], 0.0
+    for row in rows:
+        spent = finite(row.get(names.SAMPLING_EPISODES))
+        episodes += spent if spent is not None else (finite(row.get(names.ROLLOUT_NUM_TRAJECTORIES)) or 0.0)
+        success = finite(row.get(names.VAL_SUCCESS_RATE))
+        if success is not None:
+            curve.append([episodes, success])
+    return curve
 
 
 def _round_tokens(row: dict) -> float | None:

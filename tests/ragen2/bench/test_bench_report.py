@@ -222,3 +222,29 @@ def test_replace_block_rewrites_only_between_its_markers():
     assert replace_block(text, "  new figures\n", "B", "E") == "intro\nB\nnew figures\nE\nafter, kept\n"
     assert replace_block("no markers here\n", "new", "B", "E") is None
     assert replace_block("B but no end\n", "new", "B", "E") is None
+
+
+def test_arms_that_sampled_different_budgets_are_also_compared_at_equal_episodes(bench):
+    """An arm that sampled two rounds a step (dynamic sampling) is judged at its final validation after
+    the same number of steps, and again at the episodes the other arm sampled in all."""
+    for seed in (0, 1):
+        run = bench / "runs" / f"sokoban--ppo--ragen2-main--s{seed}"
+        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        for row in rows:
+            row.update({"sampling/rounds": 2.0, "sampling/episodes": 8.0, "sampling/tokens": 60.0})
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    paths = build_report(bench, with_plots=False)
+    text = paths["markdown"].read_text()
+    data = json.loads(paths["json"].read_text())
+    cell = next(c for c in data["cells"] if c["name"] == "sokoban--ppo--ragen2-main--s1")
+    assert (cell["env_episodes"], cell["generation_rounds"], cell["response_tokens"]) == (16.0, 4.0, 120)
+    assert cell["val_curve"] == [[8.0, 0.2], [16.0, 0.4]]
+    steps, episodes = text.split("at an equal rollout budget")
+    assert "at an equal number of training steps" in steps
+    # equal steps: 0.30 − 0.10, 0.40 − 0.20 as before
+    assert "| sokoban | ppo | ragen2-main − none | 2 | +20.0 |" in steps
+    # equal episodes (8 each): ragen2-main at its step 0 (0.15, 0.20) against none at its end (0.10, 0.20)
+    (matched,) = [c for c in data["comparisons"] if c["basis"] == "equal_episodes"]
+    assert matched["episodes"] == {"0": 8.0, "1": 8.0} and matched["differences"] == pytest.approx([0.05, 0.0])
+    assert "| sokoban | ppo | ragen2-main − none | 2 | +2.5 |" in episodes
+    assert "| countdown |" not in episodes.split("## Every cell")[0]  # equal budgets there: one basis
