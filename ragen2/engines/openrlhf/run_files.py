@@ -60,9 +60,10 @@ class RunFiles:
         self.rows.append(row)
         self.metrics.write(row)
 
-    def log_step(self, step: int, logs: dict | None) -> None:
+    def log_step(self, step: int, logs: dict | None, labels: dict[str, str] | None = None) -> None:
+        """The step's numbers from OpenRLHF's logs, and `labels`: our string fields (probe/dtype)."""
         self.guard.check(step)
-        self._append({"step": step, **numeric(logs)})
+        self._append({"step": step, **numeric(logs), **(labels or {})})
 
     def log_completions(self, step: int, records: list[dict]) -> None:
         self.guard.check(step)

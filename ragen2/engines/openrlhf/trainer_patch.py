@@ -96,6 +96,9 @@ class RagenState:
         self.save_every = int(settings["save_every"])
         self.step = 0  # rollout steps, skipped ones included (the local engine's run.step)
         self.skipped_now = False
+        # this step's string fields (probe/dtype): for our rows only, since OpenRLHF's loggers
+        # (TensorBoard's add_scalar) take numbers
+        self.row_labels: dict[str, str] = {}
         self.stop_reason: str | None = None
         self.files = RunFiles(settings["run_dir"]) if settings.get("run_dir") else None
 
@@ -150,10 +153,13 @@ class RagenPPOTrainer(_Base):
         state = self.ragen
         step, state.step = state.step, state.step + 1
         metrics = rollout_metrics(rollout_samples, state.group_size)
+        state.row_labels = {}
         if state.probe.due(step):
             micro = self.args.rollout.micro_batch_size
-            metrics.update(probe_metrics(state.probe, rollout_samples, state.group_size, step,
-                                         self._actor_log_probs, state.prefill, micro_batch_size=micro))
+            probed = probe_metrics(state.probe, rollout_samples, state.group_size, step,
+                                   self._actor_log_probs, state.prefill, micro_batch_size=micro)
+            state.row_labels = {names.PROBE_DTYPE: probed.pop(names.PROBE_DTYPE)}
+            metrics.update(probed)
         chosen = select_samples(rollout_samples, state.group_size, state.filter, state.unit)
         metrics.update(chosen.metrics)
         if state.files is not None:
@@ -176,7 +182,7 @@ class RagenPPOTrainer(_Base):
             self.ragen.skipped_now = True
             self.ragen.ledger.skipped(metrics)
             if self.ragen.files is not None:
-                self.ragen.files.log_step(self.ragen.step - 1, metrics)
+                self.ragen.files.log_step(self.ragen.step - 1, metrics, self.ragen.row_labels)
             logger.info(f"ragen2: step skipped (no group kept); {self.ragen.ledger.total} skipped so far")
             return {}, global_step
         self.ragen.skipped_now = False
@@ -191,7 +197,7 @@ class RagenPPOTrainer(_Base):
         if self.ragen.skipped_now:
             return
         if self.ragen.files is not None:  # the step just trained: index ragen.step - 1, as the local engine's
-            self.ragen.files.log_step(self.ragen.step - 1, logs_dict)
+            self.ragen.files.log_step(self.ragen.step - 1, logs_dict, self.ragen.row_labels)
         # OpenRLHF saves when global_step (trained steps) % save_steps == 0; the local engine counts rollout steps
         due = bool(self.ragen.save_every) and self.ragen.step % self.ragen.save_every == 0
         self.args.ckpt.save_steps = 1 if due else float("inf")

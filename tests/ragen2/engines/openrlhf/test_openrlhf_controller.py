@@ -132,3 +132,25 @@ def test_the_prompt_loader_reads_rows_in_dataset_order():
     instance._ragen_keep_dataset_order()
     assert instance.samples_generator.prompts_dataloader is instance.prompts_dataloader
     assert [b[0] for b in instance.prompts_dataloader] == rows
+
+
+def test_the_probes_dtype_reaches_our_rows_but_not_openrlhfs_numeric_logs(controller, monkeypatch, tmp_path):
+    """A probe row records its dtype (a string) in metrics.jsonl, trained step or skipped; the status
+    handed to OpenRLHF's loggers stays numeric (its TensorBoard logging takes numbers only)."""
+    from ragen2.engines.openrlhf.run_files import RunFiles
+    from ragen2.run_dir import read_metrics
+
+    monkeypatch.setattr(trainer_patch, "probe_metrics",
+                        lambda *a, **k: {"probe/mi_estimate": 0.1, "probe/dtype": "bfloat16"})
+    state = controller.ragen
+    state.probe.cfg = state.probe.cfg.model_copy(update={"every": 1})
+    state.files = RunFiles(tmp_path)
+    statuses = []
+    real_save = controller.save_logs_and_checkpoints
+    monkeypatch.setattr(controller, "save_logs_and_checkpoints",
+                        lambda step, status, states: statuses.append(status) or real_save(step, status, states))
+    fit(controller, [SPREAD, FLAT])  # one trained step, one skipped
+    rows = [row for row in read_metrics(tmp_path) if "snr/skipped" in row]  # the steps, not the evaluation
+    assert [row["probe/dtype"] for row in rows] == ["bfloat16", "bfloat16"]
+    assert [row["probe/mi_estimate"] for row in rows] == [0.1, 0.1]
+    assert statuses and all(isinstance(v, (int, float)) for status in statuses for v in status.values())
