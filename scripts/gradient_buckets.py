@@ -1,0 +1,178 @@
+"""RAGEN-2's gradient figure from checkpoints (issue 50 item 3a): six reward-variance quantile
+buckets, the task norm and the entropy and KL norms (times their coefficients, as RAGEN-2 logs them)
+against the bucket's mean reward variance, on a separate analysis batch, under both Dr.GRPO
+(mean-centred) and GRPO (std-normalised) advantages computed on the same rollouts.
+
+    python scripts/gradient_buckets.py --run RUN --checkpoint 0=start --checkpoint 20=RUN/checkpoints/step_000020 \
+        --checkpoint 40=RUN/checkpoints/step_000040 [--groups 32 --group-size 16] [KEY=VALUE ...] \
+        [--out docs/benchmarks/gradient_buckets.json]
+    python scripts/gradient_buckets.py --fit SEED0.json SEED1.json ...   # the pre-registered fit across seeds
+
+RUN is a training run directory (its config.yaml gives env, rollout, loss and model); `start` is the
+model the run started from (its `model.name`, e.g. a warm start), which is also the KL reference, as
+RAGEN-2's reference is its initial policy. Each checkpoint sees the same instances (seeds from a
+stream of their own, not a training step's) and the same sampling seed. What RAGEN-2 does, per
+`docs/guide_gradient_analysis.md` of mll-lab-nu/RAGEN: a second rollout batch (128 x 16 there) split
+by group reward std into `gradient_analysis_num_buckets=6` quantile buckets (remainder in the last),
+a task / entropy / KL backward pass per bucket with no optimiser step, at steps 0/20/40 of a Sokoban
+run. The loss aggregation is the run's for both advantage types: only the advantage differs.
+
+Per checkpoint and advantage: `zero_variance_groups` (their count) and `zero_variance_task_norm_max`
+(each such group's task gradient taken alone: it must be at most `floor`, the bound with Var = 0),
+with `floor` = grad_vs_spread.FLOOR_RELATIVE x the median task norm of the buckets with spread (why:
+scripts/grad_vs_spread.py and docs/benchmarks/grad_floor.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # grad_vs_spread's floor, one definition
+from grad_vs_spread import FLOOR_RELATIVE, secondary_fit  # noqa: E402
+
+from mi_probe import gradients as grad_lib  # noqa: E402
+from ragen2.algos.estimators import compute_advantages  # noqa: E402
+from ragen2.config import saved_config  # noqa: E402
+from ragen2.engines.local import grad_decomp, learner  # noqa: E402
+from ragen2.engines.local.run import env_factory  # noqa: E402
+from ragen2.rollout import rollout  # noqa: E402
+from ragen2.run_dir import POLICY_DIR  # noqa: E402
+from ragen2.seeding import instance_seeds  # noqa: E402
+
+ADVANTAGES = ("dr_grpo", "grpo")
+ANALYSIS_STREAM = 0x6762  # instance seeds of the analysis batch: no training step draws from this key
+NUM_BUCKETS = 6  # RAGEN-2's gradient_analysis_num_buckets default
+
+
+def analysis_config(run: Path, groups: int, group_size: int, kl_coef: float, overrides: list[str]):
+    """The run's config with the analysis batch, RAGEN-2's bucketing and a KL term (so its norm exists)."""
+    return saved_config(run / "config.yaml", [
+        f"rollout.num_groups={groups}", f"rollout.group_size={group_size}", f"algo.kl_coef={kl_coef}",
+        "algo.kl_mode=loss", "algo.advantage=dr_grpo",  # no critic: both advantages are critic-free
+        f"probe.grad_buckets={NUM_BUCKETS}", "probe.grad_bucket_mode=quantile", *overrides])
+
+
+def load_weights(models: learner.Models, path: str) -> None:
+    """Put a checkpoint's policy weights (a checkpoint folder or a model folder) into the policy."""
+    from transformers import AutoModelForCausalLM
+
+    folder = Path(path) / POLICY_DIR if (Path(path) / POLICY_DIR).is_dir() else Path(path)
+    loaded = AutoModelForCausalLM.from_pretrained(folder, torch_dtype=torch.float32)
+    models.policy.load_state_dict(loaded.state_dict())
+
+
+def group_task_norm(policy, cfg, data: learner.UpdateInputs, rows: list[int]) -> float:
+    components = grad_decomp.bucket_gradients(policy, cfg, data, rows)[0]
+    return grad_lib.norm(components["task"]) if "task" in components else 0.0
+
+
+def analyse(models: learner.Models, cfg, batch, step: int) -> list[dict]:
+    """One object per advantage type: the six buckets and the zero-variance groups, on `batch`."""
+    batch = batch.to(models.device)
+    base = learner.update_inputs(models, batch, cfg)  # old (= current) and reference log-probs, once
+    stds = grad_decomp.group_reward_std(batch, cfg.filter.ddof)
+    groups = sorted(stds)
+    split = grad_decomp.split_buckets(cfg, [stds[g] for g in groups])
+    members = {name: [groups[i] for i in idx] for name, idx in split.items()}
+    rows_of = {g: [r for r, gid in enumerate(batch.group_ids.tolist()) if gid == g] for g in groups}
+    zero = [g for g in groups if stds[g] == 0]
+    out = []
+    for advantage in ADVANTAGES:
+        algo = cfg.algo.model_copy(update={"advantage": advantage})
+        adv, _ = compute_advantages(algo, batch, None, base.old_log_probs, base.ref_log_probs)
+        data = dataclasses.replace(base, advantages=adv)
+        metrics = grad_decomp.decompose(models.policy, cfg, batch, data, prefix="g")
+        buckets = []
+        for name, gs in members.items():
+            m = lambda key: metrics[f"g/{name}/{key}"]  # noqa: E731
+            buckets.append({"bucket": name, "groups": len(gs),
+                            "mean_variance": statistics.fmean(stds[g] ** 2 for g in gs),
+                            "mean_std": statistics.fmean(stds[g] for g in gs),
+                            "tokens": m("num_tokens"), "task_norm": m("task_norm"),
+                            "entropy_norm": metrics.get(f"g/{name}/entropy_scaled_norm", 0.0),
+                            "kl_norm": metrics.get(f"g/{name}/kl_scaled_norm", 0.0),
+                            "entropy_norm_unscaled": metrics.get(f"g/{name}/entropy_norm", 0.0),
+                            "kl_norm_unscaled": metrics.get(f"g/{name}/kl_norm", 0.0)})
+        with_spread = [b["task_norm"] for b in buckets if b["mean_variance"] > 0]
+        floor = FLOOR_RELATIVE * statistics.median(with_spread) if with_spread else None
+        zero_norms = [group_task_norm(models.policy, cfg, data, rows_of[g]) for g in zero]
+        out.append({"step": step, "advantage": advantage, "groups": len(groups),
+                    "group_size": cfg.rollout.group_size, "zero_variance_groups": len(zero),
+                    "zero_variance_task_norm_max": max(zero_norms, default=None), "floor": floor,
+                    "loss_agg": cfg.algo.loss_agg, "entropy_coef": cfg.algo.entropy_coef, "kl_coef": cfg.algo.kl_coef,
+                    "buckets": buckets})
+    return out
+
+
+def fit(files: list[Path]) -> dict:
+    """The pre-registered secondary fit (configs/bench/grad-vs-spread.yaml) over several seeds' outputs:
+    per advantage, each bucket with spread is a point (its mean std, task norm, sampled tokens), with
+    per-(seed, checkpoint) effects; the per-seed slopes are tested one-sided across seeds."""
+    by_advantage: dict[str, dict[int, list[dict]]] = {}
+    for path in files:
+        data = json.loads(Path(path).read_text())
+        for c in data["checkpoints"]:
+            rows = by_advantage.setdefault(c["advantage"], {}).setdefault(int(data["seed"]), [])
+            rows.extend({"step": c["step"], "reward_std": b["mean_std"], "task_norm": b["task_norm"],
+                         "tokens": b["tokens"]} for b in c["buckets"]
+                        if b["mean_variance"] > 0 and b["task_norm"] > (c["floor"] or 0.0))
+    return {adv: secondary_fit(sorted(runs.items()), floor=0.0) for adv, runs in sorted(by_advantage.items())}
+
+
+def main(argv=None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv[:1] == ["--fit"]:  # python scripts/gradient_buckets.py --fit SEED0.json SEED1.json ...
+        print(json.dumps(fit([Path(p) for p in argv[1:]]), indent=1))
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--run", type=Path, required=True, help="a training run directory (its config.yaml)")
+    parser.add_argument("--checkpoint", action="append", required=True, metavar="STEP=PATH",
+                        help="a step and its checkpoint (folder or model folder); PATH `start` = the run's model")
+    parser.add_argument("--groups", type=int, default=32)
+    parser.add_argument("--group-size", type=int, default=16)
+    parser.add_argument("--kl-coef", type=float, default=0.001, help="RAGEN-2's kl_loss_coef")
+    parser.add_argument("--seed", type=int, default=0, help="picks the analysis instances and the sampling")
+    parser.add_argument("--out", type=Path, default=Path("docs/benchmarks/gradient_buckets.json"))
+    parser.add_argument("overrides", nargs="*", help="KEY=VALUE over the run's config")
+    args = parser.parse_args(argv)
+    if args.groups < 32 or args.group_size < 16:
+        print(f"note: {args.groups} x {args.group_size} is under the 32 x 16 the issue asks for", file=sys.stderr)
+    cfg = analysis_config(args.run, args.groups, args.group_size, args.kl_coef, args.overrides)
+    torch.manual_seed(args.seed)
+    models = learner.build_models(cfg)  # the run's start model, and the same model as the KL reference
+    seeds = instance_seeds([args.seed, ANALYSIS_STREAM], cfg.rollout.num_groups)
+    checkpoints = []
+    for item in args.checkpoint:
+        step, _, path = item.partition("=")
+        if path != "start":
+            load_weights(models, path)
+        generator = torch.Generator(device="cpu").manual_seed(args.seed)  # the same draws at every checkpoint
+        models.policy.eval()
+        batch = rollout(models.policy, models.tokenizer, env_factory(cfg), seeds, cfg.rollout, generator)
+        checkpoints.extend(analyse(models, cfg, batch, int(step)))
+        print(f"step {step}: {len(batch.trajectories)} episodes analysed", file=sys.stderr)
+    result = {"command": "python scripts/gradient_buckets.py " + " ".join(argv),
+              "run": str(args.run), "seed": cfg.trainer.seed, "model": cfg.model.name, "env": cfg.env.name,
+              "norms": "task: ||g_task||; entropy, kl: coefficient x norm (RAGEN-2's grad_norm/<bucket>/entropy|kl)",
+              "checkpoints": checkpoints}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1))
+    for c in checkpoints:
+        print(f"step {c['step']} {c['advantage']}: zero-variance groups {c['zero_variance_groups']} "
+              f"(task norm max {c['zero_variance_task_norm_max']}, floor {c['floor']}); " +
+              "; ".join(f"var {b['mean_variance']:.3g}: task {b['task_norm']:.3g} ent {b['entropy_norm']:.3g} "
+                        f"kl {b['kl_norm']:.3g}" for b in c["buckets"]))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

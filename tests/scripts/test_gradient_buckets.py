@@ -1,0 +1,130 @@
+"""scripts/gradient_buckets.py on a tiny model: RAGEN-2's six reward-variance buckets under both
+advantages on one analysis batch, zero-variance groups at zero task gradient, checkpoints loaded."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from envs import registry
+from envs.base import ActionOutcome, EnvConfig, TextEnv
+from envs.parsing import ParsedResponse
+from ragen2.config import load_config
+from ragen2.run_dir import write_config
+from tests.tiny import tiny_llama, tiny_tokenizer
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+ENV_NAME = "gradient_buckets_half_coin"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gradient_buckets.py"
+
+
+class HalfCoinEnv(TextEnv):
+    """One pull. Half the instances pay 0 to every member (zero-variance groups); the other half a
+    uniform draw per episode (spread), whatever the text says."""
+
+    config_cls = EnvConfig
+
+    @property
+    def instruction(self) -> str:
+        return "Say anything."
+
+    @property
+    def action_vocabulary(self) -> tuple[str, ...]:
+        return ("pull",)
+
+    def parse(self, response: str) -> ParsedResponse:
+        return ParsedResponse(format_ok=True, answer="pull", actions=("pull",))  # no format penalty
+
+    def _reset(self, rng: np.random.Generator) -> dict:
+        self.flat = bool(rng.random() < 0.5)
+        return {}
+
+    def _apply_action(self, action: str) -> ActionOutcome:
+        reward = 0.0 if self.flat else float(self.dynamics_rng.uniform(0.0, 1.0))
+        return ActionOutcome(reward=reward, terminated=True, success=reward > 0.5)
+
+    def render(self) -> str:
+        return "A machine. Pull it."
+
+
+@pytest.fixture(scope="module")
+def half_coin():
+    registry.spec("bandit")  # built-ins first, outside the cleanup window
+    registry.register(ENV_NAME, HalfCoinEnv, EnvConfig(max_actions_per_traj=1), "test-only")
+    yield ENV_NAME
+    with registry._LOCK:  # no public unregister
+        registry._SPECS.pop(ENV_NAME, None)
+        registry._KEYS.pop(registry._normalise(ENV_NAME), None)
+
+
+def test_six_buckets_both_advantages_and_zero_variance_groups_at_zero(tmp_path, half_coin):
+    tokenizer = tiny_tokenizer("chatml")
+    start, later = tmp_path / "start", tmp_path / "later"
+    for folder, seed in ((start, 0), (later, 1)):  # `later` stands for a trained checkpoint: other weights
+        tiny_llama(tokenizer, seed=seed).save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+    run = tmp_path / "run"
+    run.mkdir()
+    write_config(run, load_config(algo="ragen2-dr-grpo", overrides=[
+        f"env.name={half_coin}", f"model.name={start}", "model.dtype=float32", "rollout.max_new_tokens=4",
+        "optim.micro_batch_size=8"]))
+    spec = importlib.util.spec_from_file_location("gradient_buckets_under_test", SCRIPT)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    out = tmp_path / "buckets.json"
+    assert tool.main(["--run", str(run), "--checkpoint", "0=start", "--checkpoint", f"5={later}",
+                      "--groups", "12", "--group-size", "4", "--out", str(out)]) == 0
+    checkpoints = json.loads(out.read_text())["checkpoints"]
+    assert [(c["step"], c["advantage"]) for c in checkpoints] == [(0, "dr_grpo"), (0, "grpo"), (5, "dr_grpo"),
+                                                                  (5, "grpo")]
+    for c in checkpoints:
+        buckets = c["buckets"]
+        assert len(buckets) == 6 and sum(b["groups"] for b in buckets) == 12
+        variances = [b["mean_variance"] for b in buckets]
+        assert variances == sorted(variances)  # bucket_1 lowest spread
+        assert 0 < c["zero_variance_groups"] < 12
+        # the bound with Var = 0: a flat group's task gradient is zero to rounding, under the floor
+        assert c["floor"] > 0 and c["zero_variance_task_norm_max"] <= c["floor"]
+        for b in buckets:
+            assert (b["task_norm"] > c["floor"]) == (b["mean_variance"] > 0)
+            assert b["entropy_norm"] == pytest.approx(c["entropy_coef"] * b["entropy_norm_unscaled"])
+            assert b["entropy_norm"] > 0
+    # the same rollouts under both advantages: spreads agree, task norms do not (GRPO divides by the std)
+    dr, gr = checkpoints[0]["buckets"], checkpoints[1]["buckets"]
+    assert [b["mean_variance"] for b in dr] == [b["mean_variance"] for b in gr]
+    assert [b["task_norm"] for b in dr if b["mean_variance"] > 0] != pytest.approx(
+        [b["task_norm"] for b in gr if b["mean_variance"] > 0])
+    # the reference is the start model: no KL gradient there, one at the later checkpoint
+    assert all(b["kl_norm"] <= 1e-4 * b["entropy_norm"] for b in dr)
+    assert all(b["kl_norm"] > 1e-4 * b["entropy_norm"] for b in checkpoints[2]["buckets"])
+
+
+def test_the_preregistered_fit_reads_one_output_per_seed(tmp_path, half_coin):
+    tokenizer = tiny_tokenizer("chatml")
+    model = tmp_path / "model"
+    tiny_llama(tokenizer, seed=0).save_pretrained(model)
+    tokenizer.save_pretrained(model)
+    spec = importlib.util.spec_from_file_location("gradient_buckets_fit_under_test", SCRIPT)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    outputs = []
+    for seed in (0, 1):  # two runs (seeds), two checkpoints each: the per-(seed, checkpoint) effects
+        run = tmp_path / f"run{seed}"
+        run.mkdir()
+        write_config(run, load_config(algo="ragen2-dr-grpo", overrides=[
+            f"env.name={half_coin}", f"model.name={model}", "model.dtype=float32", "rollout.max_new_tokens=4",
+            "optim.micro_batch_size=8", f"trainer.seed={seed}"]))
+        outputs.append(tmp_path / f"s{seed}.json")
+        assert tool.main(["--run", str(run), "--checkpoint", "0=start", "--checkpoint", f"1={model}", "--seed",
+                          str(seed), "--groups", "12", "--group-size", "4", "--out", str(outputs[-1])]) == 0
+    result = tool.fit(outputs)
+    assert set(result) == {"dr_grpo", "grpo"}
+    dr = result["dr_grpo"]
+    assert set(dr["per_seed_slope"]) == {"0", "1"} and dr["seeds"] == 2
+    # rewards uniform on [0, 1]: Dr.GRPO's advantages, so the task norm, grow with the group's std
+    assert all(slope > 0 for slope in dr["per_seed_slope"].values())
+    assert 0.0 <= dr["p_one_sided_sign"] <= 1.0 and dr["positive"] == 2
