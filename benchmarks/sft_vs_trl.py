@@ -29,6 +29,8 @@ For each `--micro` value the two alternate in one process (TRL step, ragen2 step
 runs from TRL's step-end callback): each side's first step is a warm-up; the speedup is TRL's step
 time over ragen2's, the median of the pairwise ratios. The JSON also compares each side at its
 fastest micro-batch size (those settings ran one after the other, so load drift enters there).
+Memory: two fp32 models with AdamW side by side, and TRL's 4-row micro-batch, peak near 8 GB (a
+run was OOM-killed there on a 23 GB machine shared with two calibration runs): run it on a quiet one.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ragen2 import heap  # noqa: E402
-from ragen2.bench.machine import emit_report, machine_info  # noqa: E402
+from ragen2.bench.machine import code_version, emit_report, machine_info  # noqa: E402
 
 TARGET_SPEEDUP = 1.5  # issue 49 item 4: ragen2 sft at least 1.5x TRL's SFTTrainer, or use TRL's
 
@@ -126,6 +128,25 @@ def alternating_callback(ours_step):
     return Alternate()
 
 
+def ragen2_decoder_tokens(rows, all_rows: list[int], cfg, models) -> int:
+    """Decoder positions of one ragen2 sft step: its micro-batches as sft_step forms them."""
+    from ragen2.engines.local import shared_prefix as prefix_lib
+
+    ids, attn, mask, index = rows.input_ids, rows.attention_mask, rows.response_mask, torch.tensor(all_rows)
+    if not cfg.optim.shared_prefix:
+        return sum(int(attn[part].sum(dim=1).max()) * len(part) for part in index.split(cfg.optim.micro_batch_size))
+    attention = prefix_lib.attention_cost(models.policy)
+    parts = prefix_lib.micro_batches(ids, attn, mask, index, cfg.optim.micro_batch_size, attention=attention)
+    return sum(prefix_lib.fed_tokens(ids[part], attn[part], attention) for part in parts)
+
+
+def shared_prefix_tokens(rows) -> int:
+    """Tokens every demo row starts with (the system prompt and what follows it alike)."""
+    ids, lengths = rows.input_ids, rows.attention_mask.sum(dim=1)
+    same = (ids == ids[:1]).all(dim=0).long().cumprod(dim=0).sum()
+    return int(min(same, lengths.min()))
+
+
 def run_setting(path: Path, args, micro: int, folder: Path) -> dict:
     """One micro-batch size on both sides: TRL and ragen2 steps alternating; times, tokens, losses."""
     from ragen2.engines.local import sft
@@ -140,11 +161,22 @@ def run_setting(path: Path, args, micro: int, folder: Path) -> dict:
 
     callback = alternating_callback(ours_step)
     trainer, trl_tokens = trl_setup(path, args, micro, cfg, folder / f"micro{micro}", callback)
+    trl_positions = []  # decoder positions of each TRL micro-batch, padding included
+    collate = trainer.data_collator
+
+    def recording_collate(examples):
+        batch = collate(examples)
+        trl_positions.append(int(batch["input_ids"].numel()))
+        return batch
+
+    trainer.data_collator = recording_collate  # read when train() builds its dataloader
     load_before = machine_info(with_torch=False)["load_avg"]
     print(f"micro-batch {micro}: load {load_before}", file=sys.stderr, flush=True)
     trainer.train()
     trl_losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     trl_s, ours_s = callback.trl_steps[1:], [s["step_s"] for s in callback.ours_steps[1:]]
+    per_step = len(trl_positions) // max(1, len(callback.trl_steps))
+    trl_decoder = [sum(trl_positions[i:i + per_step]) for i in range(0, len(trl_positions), per_step)]
     pairwise = [t / o for t, o in zip(trl_s, ours_s)]
     # the same token counts on both sides: TRL's tokenization of the chats, and the assistant tokens
     per_s = lambda tokens, seconds: round(tokens / seconds, 1)  # noqa: E731
@@ -152,7 +184,11 @@ def run_setting(path: Path, args, micro: int, folder: Path) -> dict:
     return {
         "micro_batch": micro,
         "tokens_per_step": {"fed_trl": trl_tokens["fed"], "fed_ragen2_rows": int(rows.attention_mask.sum()),
+                            "shared_by_all_rows": shared_prefix_tokens(rows),
                             "trained_trl": trl_tokens["trained"], "trained_ragen2": int(rows.response_mask.sum())},
+        # what each decoder pass is fed: TRL pads a micro-batch to its longest row; ragen2 packs rows
+        # sharing a prefix (encoded once) and pads their suffixes, or runs a row alone
+        "decoder_tokens_per_step": {"trl": trl_decoder, "ragen2": ragen2_decoder_tokens(rows, all_rows, cfg, models)},
         "first_loss": {"trl": trl_losses[0] if trl_losses else None, "ragen2": callback.ours_steps[0]["loss"]},
         "trl_steps_s": [round(x, 2) for x in callback.trl_steps],
         "ragen2_steps_s": [round(x["step_s"], 2) for x in callback.ours_steps],
@@ -184,6 +220,7 @@ def main() -> tuple[dict, str | None]:
     heap.keep_freed_memory()  # as the ragen2 command does; process-wide, so TRL gets it too
     torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore")
+    code = code_version()  # ragen2's side runs this checkout as imported now: its commit, and whether edited
 
     with tempfile.TemporaryDirectory() as tmp:
         path = write_demos(args.env, args.reasoning, args.demos, Path(tmp))
@@ -208,6 +245,8 @@ def main() -> tuple[dict, str | None]:
         "target_met_at_every_same_micro_batch": all(v >= TARGET_SPEEDUP for v in same_micro.values()),
         "target_met_fastest_vs_fastest": speedup >= TARGET_SPEEDUP,
         "machine": machine_info(),
+        "code_at_start": code,
+        "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "versions": {"trl": __import__("trl").__version__, "transformers": __import__("transformers").__version__,
                      "torch": torch.__version__},
     }
