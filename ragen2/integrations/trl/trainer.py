@@ -19,8 +19,10 @@ Where it hooks into TRL 1.16 (trl/trainer/grpo_trainer.py), and why there:
   so gradients stay None and the optimizer steps over no parameter (AdamW skips a None gradient:
   no momentum, no weight decay). The step counts (scheduler, global_step), as RAGEN counts it.
 * Metrics go to TRL's `self._metrics["train"]`, which TRL averages into every log row, so each
-  `report_to` backend (wandb, TensorBoard, trackio) gets them. A stop (the filter's stop policy,
-  or an alert the probe is told to stop on) sets `control.should_training_stop`.
+  `report_to` backend (wandb, TensorBoard, trackio) gets them: the ones a TRL user reads (ESSENTIAL,
+  alerts, the probe's dtype), or every `snr/` and `probe/` key with `ragen2_metrics="all"` (about 80).
+  A stop (the filter's stop policy, when given one, or an alert the probe is told to stop on) sets
+  `control.should_training_stop`.
 """
 
 from __future__ import annotations
@@ -38,15 +40,30 @@ from ragen2.integrations.trl.probe import CollapseProbe, MIProbeArgs, dtype_key
 logger = logging.getLogger(__name__)
 
 SKIP_KEY = "ragen2_skip"
+# What a log row carries by default: what the filter kept and why, whether it stopped, the probe's
+# headline numbers. Every key of both (spread min/max/variance, seq variants, each k) is opt-in.
+ESSENTIAL = frozenset({
+    names.SNR_KEPT_FRACTION, names.SNR_GROUPS_KEPT, names.SNR_SKIPPED, names.SNR_ZERO_SPREAD_GROUPS,
+    names.SNR_REWARD_STD_MEAN, names.SNR_KEPT_REWARD_STD_MEAN, "snr/loss_scale", "snr/total_skips",
+    "snr/consecutive_skips", "snr/stopped", names.PROBE_MI_ESTIMATE, names.PROBE_MI_ZSCORE_EMA,
+    names.PROBE_RETRIEVAL_ACCURACY_AT_1, names.PROBE_RETRIEVAL_CHANCE_LEVEL_AT_1,
+    names.PROBE_SKIPPED_TOO_FEW_GROUPS})
+ESSENTIAL_PREFIXES = ("alert/", names.PROBE_DTYPE + "/")
+METRIC_CHOICES = ("essential", "all")
 
 
 class RAGEN2GRPOTrainer(GRPOTrainer):
     """GRPOTrainer + `snr_filter` (an `SNRFilterArgs`, a `snr.FilterConfig` or a preset name) and
-    `mi_probe` (an `MIProbeArgs`); either may be None. Every other argument is GRPOTrainer's."""
+    `mi_probe` (an `MIProbeArgs`); either may be None. `ragen2_metrics`: "essential" (default) logs
+    the keys in ESSENTIAL and alerts, "all" every key of the filter and the probe. Every other
+    argument is GRPOTrainer's."""
 
     def __init__(self, *args, snr_filter: SNRFilterArgs | snr.FilterConfig | str | None = None,
-                 mi_probe: MIProbeArgs | None = None, **kwargs):
+                 mi_probe: MIProbeArgs | None = None, ragen2_metrics: str = "essential", **kwargs):
+        if ragen2_metrics not in METRIC_CHOICES:
+            raise ValueError(f"ragen2_metrics must be one of {METRIC_CHOICES}; got {ragen2_metrics!r}")
         super().__init__(*args, **kwargs)
+        self.ragen2_metrics = ragen2_metrics
         self.ragen2_filter = GroupFilter(SNRFilterArgs.coerce(snr_filter)) if snr_filter is not None else None
         if mi_probe is not None and not isinstance(mi_probe, MIProbeArgs):
             raise TypeError(f"mi_probe must be a MIProbeArgs or None; got {type(mi_probe).__name__}")
@@ -94,8 +111,10 @@ class RAGEN2GRPOTrainer(GRPOTrainer):
     # --- the two instruments ----------------------------------------------------------------
 
     def _ragen2_log(self, metrics: dict[str, float]) -> None:
+        everything = self.ragen2_metrics == "all"
         for key, value in metrics.items():
-            self._metrics["train"][key].append(float(value))
+            if everything or key in ESSENTIAL or key.startswith(ESSENTIAL_PREFIXES):
+                self._metrics["train"][key].append(float(value))
 
     def _ragen2_stop(self, reason: str, message: str) -> None:
         if self.ragen2_stop_reason is None:

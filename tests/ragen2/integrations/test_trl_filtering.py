@@ -52,6 +52,7 @@ def test_the_kept_groups_are_snrs(config):
 
 def test_a_preset_name_is_loaded_with_snrs_loader():
     assert SNRFilterArgs("starpo-s").filter == snr.load_preset("starpo-s")
+    assert SNRFilterArgs("starpo-s").stop is None and SNRFilterArgs.coerce("snr-top-p").stop is None  # opt-in
     assert SNRFilterArgs.coerce(snr.load_preset("snr-top-p")).filter == snr.load_preset("snr-top-p")
     with pytest.raises(snr.FilterConfigError):
         SNRFilterArgs("no-such-preset")

