@@ -79,7 +79,7 @@ def floor_report(rows: list[dict], series: str = "task_norm") -> dict:
     floor = floor_of(spread)
     below, above = [v for v in spread if v <= floor], [v for v in spread if v > floor]
     zero_var = [r[series] for r in rows if r["reward_std"] == 0 and math.isfinite(r[series])]
-    return {"floor": floor, "floor_relative_to_median": FLOOR_RELATIVE,
+    return {"floor": floor, "floor_relative_to_median": FLOOR_RELATIVE, "median": floor / FLOOR_RELATIVE,
             "spread_groups_below_floor": len(below), "largest_below_floor": max(below, default=None),
             "smallest_above_floor": min(above, default=None),
             "zero_variance_groups": len(zero_var), "zero_variance_task_norm_max": max(zero_var, default=None)}
