@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ragen2 import metric_names as names
 from ragen2.bench.machine import code_version, emit_report, machine_info
-from ragen2.models import model_cache_root
+from ragen2.bundled_model import model_cache_root
 
 
 def step_phases(metrics_path: Path) -> list[dict]:

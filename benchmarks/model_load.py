@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 import transformers
 
-from ragen2 import models
+from ragen2 import bundled_model, models
 from ragen2.bench.machine import machine_info
 
 PROMPT = [
@@ -51,7 +51,7 @@ def main(argv=None) -> int:
     temporary = None if args.cache else tempfile.mkdtemp(prefix="ragen2-model-load-")
     os.environ["RAGEN2_CACHE"] = args.cache or temporary
     try:
-        gguf = models.bundled_gguf_path()
+        gguf = bundled_model.bundled_gguf_path()
         cache_dir, build_s = timed(lambda: models.resolve_model_source("bundled"))
         (policy, tokenizer), first_load_rest_s = timed(load_from_cache)
         cached_s = []
@@ -60,7 +60,7 @@ def main(argv=None) -> int:
             (policy, tokenizer), seconds = timed(load_from_cache)
             cached_s.append(seconds)
 
-        (gguf_model, gguf_tokenizer), gguf_load_s = timed(lambda: models._dequantise_gguf(gguf))
+        (gguf_model, gguf_tokenizer), gguf_load_s = timed(lambda: bundled_model._dequantise_gguf(gguf))
         text = tokenizer.apply_chat_template(PROMPT, tokenize=False, add_generation_prompt=True)
         ids = tokenizer(text, return_tensors="pt")["input_ids"]
         gguf_ids = gguf_tokenizer(text, return_tensors="pt")["input_ids"]
@@ -68,7 +68,7 @@ def main(argv=None) -> int:
             cached_logits, gguf_logits = policy(ids).logits, gguf_model(ids).logits
         cache_bytes = sum(f.stat().st_size for f in Path(cache_dir).iterdir() if f.is_file())
         report = {
-            "model": models.BUNDLED_GGUF,
+            "model": bundled_model.BUNDLED_GGUF,
             "first_load_s": round(build_s + first_load_rest_s, 2),
             "first_load_build_cache_s": round(build_s, 2),
             "cached_load_s": round(statistics.median(cached_s), 2),

@@ -17,8 +17,7 @@ import os
 from pathlib import Path
 
 from ragen2.reports import audit
-from ragen2.engines.local import checkpoint as ckpt
-from ragen2.run_dir import CONFIG_FILE, EXPORT_DIR, checkpoints_dir
+from ragen2.run_dir import CONFIG_FILE, EXPORT_DIR, CheckpointDamaged, checkpoints_dir, complete_checkpoints, read_state
 
 
 class ExportError(RuntimeError):
@@ -30,7 +29,7 @@ def find_checkpoint(run_dir: Path, name: str | None) -> Path:
     run_dir = Path(run_dir)
     if not (run_dir / CONFIG_FILE).is_file():
         raise ExportError(f"{run_dir}: not a ragen2 run directory (no {CONFIG_FILE} naming the base model)")
-    done = ckpt.complete_checkpoints(run_dir)
+    done = complete_checkpoints(run_dir)
     if not done:
         raise ExportError(f"{run_dir}: no complete checkpoint under {checkpoints_dir(run_dir)}")
     if name is None:
@@ -62,8 +61,8 @@ def export_checkpoint(run_dir: Path, out: Path | None = None, checkpoint: str | 
         raise ExportError(f"--lora {lora!r}: use merge or adapter")
     path = find_checkpoint(run_dir, checkpoint)
     try:
-        ckpt.read_state(path)
-    except ckpt.CheckpointDamaged as error:
+        read_state(path)
+    except CheckpointDamaged as error:
         raise ExportError(f"{path} is damaged ({error}); export an earlier one with --checkpoint") from None
     spec = audit.resolve_model(str(path))
     policy, tokenizer = audit.load_model(spec)

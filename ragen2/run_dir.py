@@ -5,7 +5,7 @@
     RUN_DIR/events.jsonl        alerts, stops, checkpoints, warnings (RunLog.event)
     RUN_DIR/completions.jsonl   a few trajectories per step (CompletionsLog; records: ragen2.instruments.completions)
     RUN_DIR/summary.json        written when a run ends (`summary`): a bench cell with one is done
-    RUN_DIR/checkpoints/step_NNNNNN/   ragen2.engines.local.checkpoint (its state file: CHECKPOINT_STATE_FILE)
+    RUN_DIR/checkpoints/step_NNNNNN/   ragen2.engines.local.checkpoint writes them; read here (read_state, latest_checkpoint)
     RUN_DIR/tensorboard/ wandb_run_id curves.png audit/ export/ eval/ openrlhf/ model/
 
 Both engines write through MetricsFile, CompletionsLog and `summary`; `ragen2 plot`, `audit` and
@@ -55,6 +55,41 @@ def checkpoints_dir(run_dir: Path) -> Path:
 def checkpoint_name(step: int) -> str:
     """The folder of the checkpoint written after `step` steps."""
     return f"step_{step:06d}"
+
+
+# --- reading checkpoints (engines/local/checkpoint writes them) -------------------------------
+
+
+class CheckpointDamaged(RuntimeError):
+    """A checkpoint folder whose files are missing, cut short or unreadable."""
+
+
+def complete_checkpoints(run_dir: Path) -> list[Path]:
+    """Checkpoints with their state file (written last), newest first."""
+    folder = checkpoints_dir(run_dir)
+    if not folder.is_dir():
+        return []
+    return sorted((p for p in folder.glob("step_*") if (p / CHECKPOINT_STATE_FILE).is_file()), reverse=True)
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The newest complete checkpoint, or None."""
+    done = complete_checkpoints(run_dir)
+    return done[0] if done else None
+
+
+def read_state(path: Path) -> dict:
+    """The checkpoint's JSON state, after checking that its files are all there at full size."""
+    try:
+        state = json.loads((Path(path) / CHECKPOINT_STATE_FILE).read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise CheckpointDamaged(f"{CHECKPOINT_STATE_FILE} unreadable ({error})") from None
+    for name, size in state.get("files", {}).items():  # absent in checkpoints written before sizes were kept
+        file = Path(path) / name
+        actual = file.stat().st_size if file.is_file() else None
+        if actual != size:
+            raise CheckpointDamaged(f"{name} is {'missing' if actual is None else f'{actual} bytes, expected {size}'}")
+    return state
 
 
 # --- the NaN rule ---------------------------------------------------------------------------

@@ -33,7 +33,7 @@ import envs
 from ragen2.commands import COMMANDS
 from ragen2.config import ConfigError, load_config, saved_config
 from ragen2.presets import key_values
-from ragen2.run_dir import CHECKPOINT_STATE_FILE, CHECKPOINTS_DIR, CONFIG_FILE, EVAL_DIR, POLICY_DIR
+from ragen2.run_dir import CHECKPOINT_STATE_FILE, CHECKPOINTS_DIR, CONFIG_FILE, EVAL_DIR, POLICY_DIR, latest_checkpoint
 from ragen2.seeding import eval_sampling_seed, eval_seeds
 
 
@@ -76,7 +76,6 @@ def resolve_target(target: str, env: str | None = None):
     A checkpoint or run keeps its run's settings; a model takes `env`'s training preset
     (configs/envs: turns, token budget, think mode), as `ragen2 train --env` does, not base.yaml's
     single answer-only turn of 32 tokens."""
-    from ragen2.engines.local import checkpoint as ckpt  # torch (see the module doc)
 
     path = Path(target)
     if path.is_dir():
@@ -84,7 +83,7 @@ def resolve_target(target: str, env: str | None = None):
             run_dir = path.parent.parent
             return _run_config(run_dir, path), path, f"{run_dir.name}-{path.name}"
         if (path / CONFIG_FILE).is_file():
-            latest = ckpt.latest_checkpoint(path)
+            latest = latest_checkpoint(path)
             if latest is None:
                 raise EvalError(f"{path}: a run directory without a complete checkpoint in {path}/{CHECKPOINTS_DIR} "
                                 f"(bench cells delete theirs when done unless the suite sets "
@@ -198,14 +197,13 @@ def run(args) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     from ragen2 import models as model_lib  # see the module doc
-    from ragen2.engines.local import learner
 
     group_size = cfg.rollout.group_size
     num_groups = math.ceil(args.episodes / group_size)
     temperature = cfg.trainer.val_temperature if args.temperature is None else args.temperature
     print(f"loading {cfg.model.name}" + (f" + weights of {checkpoint}" if checkpoint else "") + " …", file=sys.stderr)
     try:
-        policy, tokenizer = model_lib.build_policy(cfg.model, learner.pick_device(cfg.model.device),
+        policy, tokenizer = model_lib.build_policy(cfg.model, model_lib.pick_device(cfg.model.device),
                                                    checkpoint / POLICY_DIR if checkpoint is not None else None)
     except (model_lib.ModelSourceError, model_lib.ModelWeightsError) as error:
         print(f"error: {error}", file=sys.stderr)

