@@ -35,3 +35,15 @@ def test_the_openrlhf_datasets_and_eval_do_not_load_the_local_trainer():
     code = "import sys, ragen2.engines.openrlhf.flags, ragen2.commands.eval; print('ragen2.engines.local.trainer' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False"]
+
+
+def test_refill_rounds_draw_from_their_own_stream():
+    """Dynamic sampling's extra rounds: instances of their own, so round 0 is every arm's step_seeds."""
+    cfg = load_config(overrides=["rollout.num_groups=3"])
+    rounds = [seeding.refill_seeds(cfg, 2, r) for r in (1, 2)]
+    assert rounds[0] != rounds[1] and all(len(seeds) == 3 for seeds in rounds)
+    assert rounds[0] == seeding.refill_seeds(cfg, 2, 1)  # a pure function of (seed, step, round)
+    drawn = {s for step in range(50) for s in seeding.step_seeds(cfg, step)}
+    assert not drawn & set(rounds[0] + rounds[1]) and seeding.refill_seeds(cfg, 3, 1) != rounds[0]
+    assert seeding.REFILL_STREAM not in (seeding.VALIDATION_STREAM, seeding.EVAL_STREAM, seeding.AUDIT_STREAM,
+                                         seeding.PROBE_STREAM, seeding.DEMO_STREAM)

@@ -12,7 +12,7 @@ import torch
 import envs
 from envs.prompt import NO_VALID_ACTION_WARNING
 from ragen2.rollout import (
-    RolloutConfig, RolloutConfigError, TrajectoryRecord, evaluate, generate, generate_one_at_a_time,
+    RolloutBatch, RolloutConfig, RolloutConfigError, TrajectoryRecord, evaluate, generate, generate_one_at_a_time,
     group_pass_rate, rollout,
 )
 from ragen2.rollout.generation import sample_tokens
@@ -285,6 +285,24 @@ def test_select_groups_keeps_whole_groups_in_order(tok):
     assert [s[0] for s in kept.reasoning_spans] == [0, 1, 2, 3]
     with pytest.raises(ValueError, match=r"groups \[7\] are not in this batch"):
         batch.select_groups([7])
+
+
+def test_concat_renumbers_groups_and_keeps_rows_spans_and_padding(tok):
+    """Dynamic sampling's rounds joined: groups of different rounds never share an id."""
+    long, short = run_sokoban(tok, seeds=(3, 4)).select_groups([1]), run_sokoban(tok, seeds=(5,), max_turns=1)
+    joined = RolloutBatch.concat([short, long])
+    assert joined.group_ids.tolist() == [0, 0, 1, 1] and [t.group for t in joined.trajectories] == [0, 0, 1, 1]
+    assert [t.seed for t in joined.trajectories] == [5, 5, 4, 4] and joined.traj_index.tolist() == [0, 1, 2, 3]
+    width = max(short.input_ids.shape[1], long.input_ids.shape[1])
+    assert joined.input_ids.shape[1] == width > short.input_ids.shape[1]
+    assert joined.num_tokens == short.num_tokens + long.num_tokens  # padding adds no real token
+    assert joined.num_response_tokens == short.num_response_tokens + long.num_response_tokens
+    assert (joined.turn_index[:2, short.input_ids.shape[1]:] == -1).all()
+    assert joined.reasoning_spans == short.reasoning_spans + [(row + 2, *span) for row, *span in long.reasoning_spans]
+    assert torch.equal(joined.input_ids[2:, :long.input_ids.shape[1]], long.input_ids)
+    assert joined.reward_matrix().tolist() == [[t.reward for t in b.trajectories] for b in (short, long)]
+    with pytest.raises(ValueError, match="at least one batch"):
+        RolloutBatch.concat([])
 
 
 def test_reasoning_spans_point_at_the_think_text(tok):
