@@ -377,6 +377,9 @@ def upgrade_saved(data: dict) -> dict:
     for section, key in REMOVED:
         if isinstance(data.get(section), dict):
             data[section].pop(key, None)
+    probe = data.get("probe")
+    if isinstance(probe, dict) and "dtype" not in probe:  # written before probe.dtype existed: it scored in fp32
+        probe["dtype"] = "float32"
     for (section, key), targets in RENAMED.items():
         if not isinstance(data.get(section), dict) or key not in data[section]:
             continue

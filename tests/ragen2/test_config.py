@@ -69,3 +69,10 @@ def test_resolved_config_round_trips_through_yaml():
     cfg = load_config(env="frozen_lake", algo="dapo")
     assert build_config(yaml.safe_load(cfg.to_yaml())) == cfg
     assert Path(CONFIG_DIR / "base.yaml").is_file()
+
+
+def test_a_run_saved_before_probe_dtype_existed_resumes_scoring_in_fp32():
+    from ragen2.config import upgrade_saved
+
+    assert upgrade_saved({"probe": {"every": 5}})["probe"]["dtype"] == "float32"
+    assert upgrade_saved({"probe": {"dtype": "policy"}})["probe"]["dtype"] == "policy"
