@@ -387,10 +387,9 @@ def ppo_update(models: Models, optimizers: Optimizers, data: UpdateInputs, cfg: 
     optimiser step for either model) and counted once, and the run goes on."""
     options = options or UpdateOptions()
     _check_update(models, data, cfg, options)
-    plan = minibatch.plan(data, cfg.optim, generator, packs_by_prefix(cfg.optim, data.input_ids.shape[0]),
-                          prefix_lib.attention_cost(models.policy))
+    plan = minibatch.plan_mini_batches(data, cfg.optim, generator, packs_by_prefix(cfg.optim, data.input_ids.shape[0]),
+                                       prefix_lib.attention_cost(models.policy))
     with_critic = models.critic is not None
-    parts = ([_actor_micro_loss] if options.train_actor else []) + ([_critic_micro_loss] if with_critic else [])
     stepping = ([minibatch.Stepped(optimizers.actor, models.policy, names.ACTOR_GRAD_NORM)]
                 if options.train_actor else [])
     stepping += [minibatch.Stepped(optimizers.critic, models.critic, minibatch.CRITIC_GRAD_NORM)] if with_critic else []
@@ -402,13 +401,11 @@ def ppo_update(models: Models, optimizers: Optimizers, data: UpdateInputs, cfg: 
     for mini in plan:
         finite = True
         for rows in mini.micro_batches:
-            for part in parts:  # actor then critic: each backward frees its graph before the next forward
-                built = part(models, data, rows, mini, cfg, options)
-                if built is None:
-                    finite = False
-                    break
-                built[0].backward()
-                metrics.add_micro({name: value.item() for name, value in built[1].items()})
+            # actor then critic: each backward frees its graph before the next forward
+            finite = ((not options.train_actor or _backward(_actor_micro_loss(models, data, rows, mini, cfg, options),
+                                                            metrics))
+                      and (not with_critic or _backward(_critic_micro_loss(models, data, rows, mini, cfg, options),
+                                                        metrics)))
             if not finite:
                 break
             done += 1
@@ -417,6 +414,16 @@ def ppo_update(models: Models, optimizers: Optimizers, data: UpdateInputs, cfg: 
         metrics.end_mini_batch()
         skipped += not minibatch.step_or_skip(stepping, finite, cfg.optim.grad_clip, metrics)
     return metrics.means() | {names.ACTOR_NONFINITE_SKIPPED_MINIBATCHES: float(skipped)}
+
+
+def _backward(built, metrics: minibatch.UpdateMetrics) -> bool:
+    """Backpropagate one micro-batch loss and log what it logs; False (nothing done) when it was not finite."""
+    if built is None:
+        return False
+    loss, logged = built
+    loss.backward()
+    metrics.add_micro({name: value.item() for name, value in logged.items()})
+    return True
 
 
 def _check_update(models: Models, data: UpdateInputs, cfg: Config, options: UpdateOptions) -> None:

@@ -30,7 +30,7 @@ class MiniBatch:
     weight: float  # each micro-batch loss's factor: 1, or 1 / micro-batches (loss_scope=micro_batch)
 
 
-def plan(data, optim, generator: torch.Generator, pack: bool, attention: float) -> list[MiniBatch]:
+def plan_mini_batches(data, optim, generator: torch.Generator, pack: bool, attention: float) -> list[MiniBatch]:
     """Every epoch's shuffled mini-batches, in the order the update takes them.
 
     `pack`: micro-batches cut by shared prefix (a group's rows together: its prompt is encoded
