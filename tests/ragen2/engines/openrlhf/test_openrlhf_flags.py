@@ -163,7 +163,7 @@ def test_settings_and_datasets_carry_the_filter_and_the_local_engines_seeds():
     settings = json.loads(plan.files[RUN / "openrlhf/settings.json"])
     assert settings["filter"] == {"strategy": "top_p", "value": 0.9, "metric": "reward_variance", "order": "largest",
                                   "top_p_mode": "linear", "include_zero": False, "eps": 0.01, "ddof": 1,
-                                  "signal": "reward"}
+                                  "signal": "reward", "max_rounds": 1}
     assert settings["group_size"] == 8 and settings["batch_unit"] == 16 and settings["prefill"] == "<think>"
     # the controller's eval / checkpoint schedule, in rollout steps (skipped ones count)
     assert (settings["total_steps"], settings["val_every"], settings["save_every"]) == (
