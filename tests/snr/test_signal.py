@@ -10,7 +10,7 @@ import torch
 
 import snr
 from ragen2.config import ConfigError, load_config
-from ragen2.engines.local.trainer import group_rewards, group_signal
+from ragen2.engines.local.trainer import group_signal
 from ragen2.rollout.batch import EPISODE_SIGNALS, RolloutBatch, TrajectoryRecord
 from snr import FilterConfig, FilterInputError, select_groups
 
@@ -31,7 +31,7 @@ def _batch(rewards, success):
 
 def _select(batch, preset, signal):
     cfg = FilterConfig(**{**snr.load_preset(preset).to_dict(), "signal": signal})
-    return select_groups(group_rewards(batch), cfg, signal=group_signal(batch, cfg.signal))
+    return select_groups(batch.reward_matrix(), cfg, signal=group_signal(batch, cfg.signal))
 
 
 @pytest.mark.parametrize("preset", ["snr-top-p", "snr-top-p-std", "snr-top-k", "snr-min-p"])
@@ -56,9 +56,9 @@ def test_under_the_outcome_groups_with_an_outcome_spread_are_the_ones_kept():
     # a ranking that reaches group 1 under the reward, never under the outcome
     assert _select(batch, "snr-min-p", "reward").kept.tolist() == [0]  # 0.0033 < 0.1 x 0.25
     keep_all = FilterConfig(strategy="top_p", value=1.0, include_zero=False)
-    assert select_groups(group_rewards(batch), keep_all).kept.tolist() == [0, 1]
+    assert select_groups(batch.reward_matrix(), keep_all).kept.tolist() == [0, 1]
     outcome_all = FilterConfig(strategy="top_p", value=1.0, include_zero=False, signal="success")
-    assert select_groups(group_rewards(batch), outcome_all, signal=group_signal(batch, "success")).kept.tolist() == [0]
+    assert select_groups(batch.reward_matrix(), outcome_all, signal=group_signal(batch, "success")).kept.tolist() == [0]
 
 
 def test_the_report_names_the_signal():
