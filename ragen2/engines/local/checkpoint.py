@@ -19,7 +19,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -50,12 +52,32 @@ def size_report(path: Path) -> str:
     return line
 
 
-def save_checkpoint(run_dir: Path, step: int, models, optimizers, generator: torch.Generator,
-                    state: dict, keep_last: int, save_optimizer: bool = True, report=print) -> Path:
-    """Save after `step` completed steps; keep the newest `keep_last` checkpoints.
+@dataclass
+class Saved:
+    """What a checkpoint holds beside its JSON state: the models' weights, the optimisers' moments and
+    the sampling generator's state (torch's global RNG goes with it)."""
 
-    `save_optimizer=False` leaves out the optimiser states (weights and RNG states only);
-    `report(line)` gets the checkpoint's size once per run directory and process."""
+    models: object  # learner.Models
+    optimizers: object  # learner.Optimizers
+    generator: torch.Generator
+
+
+@dataclass(frozen=True)
+class SaveOptions:
+    keep_last: int  # checkpoints kept, the newest
+    save_optimizer: bool = True  # False: weights and RNG states only
+    report: Callable[[str], None] | None = print  # told the checkpoint's size once per run directory and process
+
+    @classmethod
+    def of(cls, trainer, report: Callable[[str], None] | None = None) -> SaveOptions:
+        """From the config's trainer section (trainer.keep_last, trainer.save_optimizer)."""
+        return cls(trainer.keep_last, trainer.save_optimizer, report)
+
+
+def save_checkpoint(run_dir: Path, step: int, saved: Saved, state: dict, options: SaveOptions) -> Path:
+    """Save after `step` completed steps; keep the newest `options.keep_last` checkpoints."""
+    models, optimizers, generator = saved.models, saved.optimizers, saved.generator
+    keep_last, save_optimizer, report = options.keep_last, options.save_optimizer, options.report
     folder = checkpoints_dir(run_dir)
     folder.mkdir(parents=True, exist_ok=True)
     final = folder / checkpoint_name(step)

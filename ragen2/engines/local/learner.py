@@ -147,9 +147,8 @@ def batched(fn, micro_batch_size: int, *tensors: torch.Tensor, pack: bool = Fals
     if not pack:
         slices = [torch.arange(i, min(i + micro_batch_size, rows)) for i in range(0, rows, micro_batch_size)]
     else:
-        slices = prefix_lib.micro_batches(tensors[0], tensors[1], tensors[2] if len(tensors) > 2 else None,
-                                          torch.arange(rows, device=tensors[0].device), micro_batch_size,
-                                          no_grad=True, attention=attention)
+        slices = prefix_lib.micro_batches(prefix_lib.TokenRows(*tensors[:3]), torch.arange(rows, device=tensors[0].device),
+                                          micro_batch_size, no_grad=True, attention=attention)
     outputs = [fn(*(t[index] for t in tensors)) for index in slices]
     order = torch.cat(slices).to(tensors[0].device)
     result = torch.cat(outputs, dim=0)

@@ -45,8 +45,7 @@ def plan_mini_batches(data, optim, generator: torch.Generator, pack: bool, atten
         for start in range(0, rows, optim.mini_batch_size):
             mini = order[start:start + optim.mini_batch_size]
             if pack:
-                micro = prefix_lib.micro_batches(data.input_ids, data.attention_mask, data.response_mask, mini,
-                                                 optim.micro_batch_size, attention=attention)
+                micro = prefix_lib.micro_batches(data, mini, optim.micro_batch_size, attention=attention)
             else:
                 # Longest rows first, so each micro-batch holds rows of similar length: a micro-batch
                 # is trimmed to its longest row, and the gradient sum does not depend on the grouping.

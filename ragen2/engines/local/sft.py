@@ -118,10 +118,10 @@ def sft_step(models: learner.Models, optimizer: torch.optim.Optimizer, batch: Ro
     policy = models.policy
     policy.train()
     index = torch.tensor(rows)
-    ids, attn, mask = batch.input_ids, batch.attention_mask, batch.response_mask
+    mask = batch.response_mask
     total = max(1, int(mask[index].sum()))
     if cfg.optim.shared_prefix:
-        micro = prefix_lib.micro_batches(ids, attn, mask, index, cfg.optim.micro_batch_size,
+        micro = prefix_lib.micro_batches(batch, index, cfg.optim.micro_batch_size,
                                          attention=prefix_lib.attention_cost(policy))
     else:
         micro = index.split(cfg.optim.micro_batch_size)
@@ -196,9 +196,8 @@ def setup(cfg: Config, demos: list[dict], run_dir: Path, resume: bool = False, q
 
 
 def save(run: SFTRun) -> None:
-    path = ckpt.save_checkpoint(run.run_dir, run.step, run.models, run.optimizers, torch.Generator(),
-                                {"sft": True}, run.cfg.trainer.keep_last, save_optimizer=run.cfg.trainer.save_optimizer,
-                                report=None)
+    path = ckpt.save_checkpoint(run.run_dir, run.step, ckpt.Saved(run.models, run.optimizers, torch.Generator()),
+                                {"sft": True}, ckpt.SaveOptions.of(run.cfg.trainer))
     run.log.event("checkpoint", path=str(path), step=run.step)
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -155,8 +156,16 @@ def fed_tokens(input_ids: torch.Tensor, attention_mask: torch.Tensor, attention:
     return int(layout.prefix_len.max()) * layout.leader.shape[0] + suffix * input_ids.shape[0]
 
 
-def micro_batches(input_ids: torch.Tensor, attention_mask: torch.Tensor, response_mask: torch.Tensor | None,
-                  rows: torch.Tensor, micro_batch_size: int, no_grad: bool = False,
+class TokenRows(NamedTuple):
+    """A right-padded batch's token tensors, as `micro_batches` reads them (a rollout batch or the
+    update's inputs serve as well: anything with these three fields)."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    response_mask: torch.Tensor | None = None  # None: no LM head (the critic)
+
+
+def micro_batches(tokens: TokenRows, rows: torch.Tensor, micro_batch_size: int, no_grad: bool = False,
                   attention: float = 0.0) -> list[torch.Tensor]:
     """`rows` packed by prefix and cut into micro-batches that need no more memory than a plain
     micro-batch of `micro_batch_size` of them, so a shared prompt buys room for more rows: fewer
@@ -168,6 +177,7 @@ def micro_batches(input_ids: torch.Tensor, attention_mask: torch.Tensor, respons
     decoder tokens alone stay within micro_batch_size x longest row (the caller projects the
     head in chunks: learner.policy_log_probs). `response_mask` None: no head (the critic).
     `attention`: the model's attention_cost, so the estimate follows the pass `plan` will pick."""
+    input_ids, attention_mask, response_mask = tokens.input_ids, tokens.attention_mask, tokens.response_mask
     rows = rows[packing_order(input_ids[rows], attention_mask[rows])]
     lengths = attention_mask.sum(dim=1)
     sampled = response_mask.sum(dim=1) if response_mask is not None else torch.zeros_like(lengths)

@@ -193,10 +193,9 @@ def check_run_dir(run: Run) -> None:
 def save(run: Run) -> None:
     check_run_dir(run)
     state, services = run.state, run.services
-    path = ckpt.save_checkpoint(run.run_dir, state.step, services.models, services.optimizers, state.generator,
-                                state.to_json(), run.cfg.trainer.keep_last,
-                                save_optimizer=run.cfg.trainer.save_optimizer,
-                                report=lambda line: services.log.event("checkpoint_size", message=line))
+    saved = ckpt.Saved(services.models, services.optimizers, state.generator)
+    options = ckpt.SaveOptions.of(run.cfg.trainer, lambda line: services.log.event("checkpoint_size", message=line))
+    path = ckpt.save_checkpoint(run.run_dir, state.step, saved, state.to_json(), options)
     services.log.event("checkpoint", path=str(path), step=state.step)
 
 

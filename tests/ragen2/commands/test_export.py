@@ -131,14 +131,13 @@ def test_weights_only_checkpoints_are_smaller_and_resume_says_so(tmp_path, tok, 
     models, optimizers = _training_state(tok, seed=3)
     weights = sum(p.numel() * 4 for p in models.policy.parameters())  # fp32 bytes (tied embedding counted once)
     lines = []
-    full = ckpt.save_checkpoint(tmp_path / "full", 1, models, optimizers, torch.Generator(), {}, keep_last=2,
-                                report=lines.append)
-    ckpt.save_checkpoint(tmp_path / "full", 2, models, optimizers, torch.Generator(), {}, keep_last=2,
-                         report=lines.append)
+    saved = ckpt.Saved(models, optimizers, torch.Generator())
+    full = ckpt.save_checkpoint(tmp_path / "full", 1, saved, {}, ckpt.SaveOptions(keep_last=2, report=lines.append))
+    ckpt.save_checkpoint(tmp_path / "full", 2, saved, {}, ckpt.SaveOptions(keep_last=2, report=lines.append))
     assert len(lines) == 1 and lines[0].startswith("checkpoint step_000001: ")  # once per run directory
     assert "optimiser state; trainer.save_optimizer=false keeps weights only" in lines[0]
-    slim = ckpt.save_checkpoint(tmp_path / "slim", 1, models, optimizers, torch.Generator(), {}, keep_last=2,
-                                save_optimizer=False, report=lines.append)
+    slim = ckpt.save_checkpoint(tmp_path / "slim", 1, saved, {},
+                                ckpt.SaveOptions(keep_last=2, save_optimizer=False, report=lines.append))
     assert "optimiser state" not in lines[1]
     full_sizes, slim_sizes = ckpt._file_sizes(full), ckpt._file_sizes(slim)
     assert full_sizes["policy/model.safetensors"] == slim_sizes["policy/model.safetensors"]

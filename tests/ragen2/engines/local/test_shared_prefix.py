@@ -310,7 +310,7 @@ def test_packed_micro_batches_hold_whole_groups_within_the_plain_budget(tok, tem
     shuffled = torch.randperm(12, generator=torch.Generator().manual_seed(0))
     lengths, sampled = attn.sum(1), mask.sum(1)
     for no_grad in (False, True):
-        batches = prefix_lib.micro_batches(ids, attn, mask, shuffled, 2, no_grad=no_grad)
+        batches = prefix_lib.micro_batches(prefix_lib.TokenRows(ids, attn, mask), shuffled, 2, no_grad=no_grad)
         assert sorted(torch.cat(batches).tolist()) == list(range(12))
         assert len(batches) < 6  # fewer passes than plain micro-batches of 2
         for rows in batches:
@@ -320,7 +320,8 @@ def test_packed_micro_batches_hold_whole_groups_within_the_plain_budget(tok, tem
                 assert fed <= 2 * int(lengths.max())
             else:
                 assert fed + int(sampled[rows].sum()) <= 2 * (int(lengths.max()) + int(sampled.max()))
-    groups = [set((r // 4 for r in rows.tolist())) for rows in prefix_lib.micro_batches(ids, attn, mask, shuffled, 4)]
+    packed = prefix_lib.micro_batches(prefix_lib.TokenRows(ids, attn, mask), shuffled, 4)
+    groups = [set((r // 4 for r in rows.tolist())) for rows in packed]
     assert all(len(g) <= 2 for g in groups)  # rows of a group are neighbours, not scattered
 
 
