@@ -146,8 +146,8 @@ def comparison_lines(matrix: str, comparisons: list[dict]) -> list[str]:
             continue
         label = {COMPARED: "validation success", AT_EQUAL_EPISODES: "validation success"}.get(
             mine[0]["metric"], mine[0]["metric"])
-        lines += [f"Paired differences of {label} {said} (B − A, points; over the seeds "
-                  "both arms finished; 95% CIs; exact sign-flip p, two-sided):", "",
+        lines += [f"Paired differences of {label} {said}. B − A, points; over the seeds "
+                  "both arms finished; 95% CIs; exact sign-flip p, two-sided:", "",
                   "| env | row | B − A | n | mean | t CI | bootstrap CI | sign-flip p |", "|" + " --- |" * 8]
         for c in mine:
             p = "—" if c["sign_flip_p"] is None else f"{c['sign_flip_p']:.3g}" + ("" if c["p_exact"] else " (MC)")
