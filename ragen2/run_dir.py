@@ -438,6 +438,9 @@ class RunLog:
         if names.SNR_GROUPS_KEPT in m:
             parts.append(f"kept {int(m[names.SNR_GROUPS_KEPT])}/{int(m[names.SNR_GROUPS_TOTAL])}"
                          + _spread_note(m))
+        if m.get(names.SAMPLING_ROUNDS, 1) > 1:  # dynamic sampling: the batch was refilled
+            parts.append(f"{int(m[names.SAMPLING_ROUNDS])} sampling rounds"
+                         + (" (round limit: batch not full)" if m.get(names.SAMPLING_ROUND_LIMIT) else ""))
         if m.get(names.SNR_SKIPPED):
             parts.append("SKIPPED")
         if names.VAL_SUCCESS_RATE in m:

@@ -39,6 +39,15 @@ def test_the_step_line_counts_groups_with_spread_only_when_some_are_flat(tmp_pat
     assert "kept 2/2 |" in every and "with spread" not in every
 
 
+def test_a_refilled_batch_says_how_many_sampling_rounds_it_took(tmp_path, capsys):
+    one = _step_line(tmp_path / "one", capsys, **{names.SAMPLING_ROUNDS: 1.0, names.SAMPLING_ROUND_LIMIT: 0.0})
+    assert "sampling rounds" not in one
+    three = _step_line(tmp_path / "three", capsys, **{names.SAMPLING_ROUNDS: 3.0, names.SAMPLING_ROUND_LIMIT: 0.0})
+    assert "kept 2/2 | 3 sampling rounds |" in three and "round limit" not in three
+    limit = _step_line(tmp_path / "limit", capsys, **{names.SAMPLING_ROUNDS: 4.0, names.SAMPLING_ROUND_LIMIT: 1.0})
+    assert "| 4 sampling rounds (round limit: batch not full) |" in limit
+
+
 def test_a_skipped_step_and_a_success_signal_with_reward_spread_are_not_called_silent(tmp_path, capsys):
     skipped = _step_line(tmp_path / "skip", capsys, **{names.SNR_ZERO_SPREAD_GROUPS: 2.0, names.SNR_GROUPS_KEPT: 0.0,
                                                        names.SNR_SKIPPED: 1.0})
