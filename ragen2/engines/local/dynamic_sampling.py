@@ -15,7 +15,7 @@ round 0, the instances every arm meets, so the training reward stays comparable 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import snr
 from ragen2 import metric_names as names
@@ -33,7 +33,6 @@ class Sampled:
     batch: RolloutBatch
     rounds: list[RolloutBatch]
     refill: snr.Refill | None = None  # None: one round, no dynamic sampling
-    wanted: int = field(default=0)
 
     @property
     def first(self) -> RolloutBatch:
@@ -64,7 +63,7 @@ def sample(run: Run) -> Sampled:
             pieces.append(batch.select_groups(taken))
     # nothing found: round 0 goes to the filter, whose include_zero false keeps none of it (a skip)
     batch = RolloutBatch.concat(pieces) if pieces else first
-    return Sampled(batch, rounds, refill, cfg.rollout.num_groups)
+    return Sampled(batch, rounds, refill)
 
 
 def report(run: Run, sampled: Sampled) -> dict:
@@ -86,8 +85,8 @@ def report(run: Run, sampled: Sampled) -> dict:
         outcome = (f"training on {refill.found}" if refill.found else
                    "no update this step (the filter skips it; stop.max_consecutive_skips counts it)")
         run.services.log.event(
-            LIMIT_EVENT, step=step, rounds=refill.rounds, found=refill.found, wanted=sampled.wanted,
-            message=f"step {step}: dynamic sampling found {refill.found} of {sampled.wanted} groups with spread in "
+            LIMIT_EVENT, step=step, rounds=refill.rounds, found=refill.found, wanted=refill.num_groups,
+            message=f"step {step}: dynamic sampling found {refill.found} of {refill.num_groups} groups with spread in "
                     f"{cfg.filter.signal} after {refill.rounds} rounds (filter.max_rounds={cfg.filter.max_rounds}): "
                     f"{outcome}")
     return metrics
