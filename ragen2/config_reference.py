@@ -31,7 +31,6 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from ragen2 import config as config_module
 from ragen2.config import Config, ConfigError, load_config
 
 

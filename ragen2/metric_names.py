@@ -105,6 +105,10 @@ ACTOR_GRAD_NORM = "actor/grad_norm"  # policy gradient norm before clipping
 ACTOR_KL_LOSS = "actor/kl_loss"  # the KL-to-reference loss term (only with algo.kl_mode=loss)
 # mini-batches not stepped because a gradient was not finite
 ACTOR_NONFINITE_SKIPPED_MINIBATCHES = "actor/nonfinite_skipped_minibatches"
+CRITIC_VALUE_LOSS = "critic/value_loss"  # the clipped value loss (PPO's critic)
+CRITIC_CLIPFRAC = "critic/clipfrac"  # share of response tokens where the value clip binds
+CRITIC_GRAD_NORM = "critic/grad_norm"  # critic gradient norm before clipping
+UPDATE_KL_TO_REF = "update/kl_to_ref"  # KL(rollout policy || reference) over the update's tokens; 0 without one
 
 # -- the SNR filter (spelled by snr.selection's metrics) -------------------------------------
 SNR_SKIPPED = "snr/skipped"  # 1.0 when the filter kept nothing and the update was skipped

@@ -25,7 +25,6 @@ TopPMode = Literal["linear", "softmax"]
 Ddof = Literal[0, 1]
 STRATEGIES = get_args(Strategy)
 METRICS = get_args(Metric)
-SPREAD_METRICS = ("reward_variance", "reward_std")
 ORDERS = get_args(Order)
 TOP_P_MODES = get_args(TopPMode)
 DDOFS = get_args(Ddof)
@@ -199,10 +198,6 @@ class FilterConfig:
             raise FilterConfigError(f"value for strategy top_k_abs must be a whole number >= 1; got {value}")
         if s == "min_p" and not 0.0 <= value <= 1.0:
             raise FilterConfigError(f"value for strategy min_p must be in [0, 1]; got {value}")
-
-    @property
-    def uses_spread_metric(self) -> bool:
-        return self.metric in SPREAD_METRICS
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "FilterConfig":

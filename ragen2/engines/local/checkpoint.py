@@ -29,7 +29,7 @@ from ragen2 import models as model_lib
 from ragen2.run_dir import CHECKPOINT_STATE_FILE as STATE_FILE
 from ragen2.run_dir import CRITIC_DIR, POLICY_DIR, checkpoint_name, checkpoints_dir
 # Reading a checkpoint's state needs no torch: those readers live in run_dir (export, eval and audit use them).
-from ragen2.run_dir import CheckpointDamaged, complete_checkpoints, latest_checkpoint, read_state
+from ragen2.run_dir import CheckpointDamaged, complete_checkpoints, latest_checkpoint, read_state  # noqa: F401
 
 OPTIMIZER_FILE = "optimizers_and_rng.pt"
 _size_reported: set[str] = set()  # run directories whose checkpoint size this process printed

@@ -55,7 +55,7 @@ def build_models(cfg: Config, report=None) -> Models:
     return Models(policy, tokenizer, critic, reference, device)
 
 
-def _trim(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> int:
+def _trim(attention_mask: torch.Tensor) -> int:
     """Length of the longest row (batches are right-padded)."""
     lengths = attention_mask.sum(dim=1)
     return int(lengths.max().item()) if lengths.numel() else 0
@@ -72,7 +72,7 @@ def policy_log_probs(model: nn.Module, input_ids: torch.Tensor, attention_mask: 
     `shared_prefix`: rows sharing a prompt encode it once (engines/local/shared_prefix).
     """
     batch, seq_len = input_ids.shape
-    width = _trim(input_ids, attention_mask)
+    width = _trim(attention_mask)
     log_probs = torch.zeros(batch, seq_len, dtype=torch.float32, device=input_ids.device)
     entropy = torch.zeros_like(log_probs) if with_entropy else None
     if width < 2:
@@ -118,7 +118,7 @@ def critic_values(critic: nn.Module, input_ids: torch.Tensor, attention_mask: to
     """V(state before token t) at position t; [B, T]. `shared_prefix` as in policy_log_probs
     (for a models.ValueModel; other critics run plain)."""
     batch, seq_len = input_ids.shape
-    width = _trim(input_ids, attention_mask)
+    width = _trim(attention_mask)
     values = torch.zeros(batch, seq_len, dtype=torch.float32, device=input_ids.device)
     if width < 2:
         return values
@@ -367,7 +367,7 @@ def _critic_micro_loss(models: Models, data: UpdateInputs, rows: torch.Tensor, m
                                                     total_tokens=mini.totals.get("total_tokens"))
     if not torch.isfinite(loss):
         return None
-    logged = {minibatch.CRITIC_VALUE_LOSS: loss, minibatch.CRITIC_CLIPFRAC: value_metrics["vf_clipfrac"]}
+    logged = {names.CRITIC_VALUE_LOSS: loss, names.CRITIC_CLIPFRAC: value_metrics["vf_clipfrac"]}
     return mini.weight * cfg.algo.value_coef * loss, logged
 
 
@@ -391,7 +391,7 @@ def ppo_update(models: Models, optimizers: Optimizers, data: UpdateInputs, cfg: 
     with_critic = models.critic is not None
     stepping = ([minibatch.Stepped(optimizers.actor, models.policy, names.ACTOR_GRAD_NORM)]
                 if options.train_actor else [])
-    stepping += [minibatch.Stepped(optimizers.critic, models.critic, minibatch.CRITIC_GRAD_NORM)] if with_critic else []
+    stepping += [minibatch.Stepped(optimizers.critic, models.critic, names.CRITIC_GRAD_NORM)] if with_critic else []
     for model in [models.policy, models.critic]:
         if model is not None:
             model.train()

@@ -15,10 +15,8 @@ from torch import nn
 from ragen2 import metric_names as names
 from ragen2.engines.local import shared_prefix as prefix_lib
 
-CRITIC_VALUE_LOSS, CRITIC_CLIPFRAC, CRITIC_GRAD_NORM = "critic/value_loss", "critic/clipfrac", "critic/grad_norm"
-
 # Loss terms whose micro-batch values are shares of the mini-batch's loss under loss_scope=mini_batch.
-ADDITIVE_METRICS = (names.ACTOR_PG_LOSS, names.ACTOR_ENTROPY, names.ACTOR_KL_LOSS, CRITIC_VALUE_LOSS)
+ADDITIVE_METRICS = (names.ACTOR_PG_LOSS, names.ACTOR_ENTROPY, names.ACTOR_KL_LOSS, names.CRITIC_VALUE_LOSS)
 
 
 @dataclass

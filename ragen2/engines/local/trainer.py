@@ -163,11 +163,11 @@ def update_on(run: Run, batch: RolloutBatch, selection, timer: Timer) -> dict:
     metrics[names.THROUGHPUT_UPDATE] = tokens / max(timer.seconds[names.PHASE_UPDATE], 1e-9)
     metrics.update(decomposition)
     if ref is None:
-        metrics["update/kl_to_ref"] = 0.0
+        metrics[names.UPDATE_KL_TO_REF] = 0.0
     elif old is not None:
-        metrics["update/kl_to_ref"] = float(losses.kl_loss(old, ref, mask, cfg.algo.kl_estimator))
+        metrics[names.UPDATE_KL_TO_REF] = float(losses.kl_loss(old, ref, mask, cfg.algo.kl_estimator))
     else:  # on-policy: the update's first forward is the rollout policy, its KL term is this
-        metrics["update/kl_to_ref"] = metrics.get(names.ACTOR_KL_LOSS, 0.0)
+        metrics[names.UPDATE_KL_TO_REF] = metrics.get(names.ACTOR_KL_LOSS, 0.0)
     state.nonfinite_skips += int(metrics[names.ACTOR_NONFINITE_SKIPPED_MINIBATCHES])
     metrics["actor/nonfinite_skips_total"] = float(state.nonfinite_skips)
     return metrics
