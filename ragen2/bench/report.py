@@ -115,7 +115,8 @@ def cell_result(cell: dict) -> dict:
         "generation_rounds": sampling_total(rows, names.SAMPLING_ROUNDS, lambda r: 1.0),
         "update_tokens": total(names.UPDATE_TOKENS),
         "optimizer_steps": optimizer_steps,
-        "val_curve": val_curve(rows),
+        "val_curve": ([[0.0, before]] if (before := finite(val_before(run_dir).get(names.VAL_SUCCESS_RATE)))
+                      is not None else []) + val_curve(rows),  # the untrained model: no episode spent
         "optimizer_steps_per_trained_step": (optimizer_steps / summary["steps_trained"]
                                              if optimizer_steps is not None and summary["steps_trained"] else None),
     })

@@ -233,12 +233,13 @@ def test_arms_that_sampled_different_budgets_are_also_compared_at_equal_episodes
         for row in rows:
             row.update({"sampling/rounds": 2.0, "sampling/episodes": 8.0, "sampling/tokens": 60.0})
         (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (run / "bench_val_before.json").write_text(json.dumps({"val/success_rate": 0.05}))  # seed 1's: at 0 episodes
     paths = build_report(bench, with_plots=False)
     text = paths["markdown"].read_text()
     data = json.loads(paths["json"].read_text())
     cell = next(c for c in data["cells"] if c["name"] == "sokoban--ppo--ragen2-main--s1")
     assert (cell["env_episodes"], cell["generation_rounds"], cell["response_tokens"]) == (16.0, 4.0, 120)
-    assert cell["val_curve"] == [[8.0, 0.2], [16.0, 0.4]]
+    assert cell["val_curve"] == [[0.0, 0.05], [8.0, 0.2], [16.0, 0.4]]
     steps, episodes = text.split("at an equal rollout budget")
     assert "at an equal number of training steps" in steps
     # equal steps: 0.30 − 0.10, 0.40 − 0.20 as before

@@ -101,7 +101,7 @@ def test_scale_config_sets_the_scale_but_not_the_algorithm(tmp_path):
 
 def test_bundled_suites_expand_to_their_documented_sizes():
     sizes = {"main-table": 96, "starpo-s": 60, "top-p-sweep": 36, "cpu-smoke": 6,
-             "filter-comparison-bandit": 32}
+             "filter-comparison-bandit": 32, "dapo-dynamic-bandit": 24}
     for name, size in sizes.items():
         cells = expand(load_suite(name), Path("/tmp/unused"))
         assert len(cells) == size, name
@@ -120,6 +120,9 @@ def test_bundled_suites_expand_to_their_documented_sizes():
     assert all(c.config.trainer.total_steps <= 4 and c.config.rollout.num_groups * c.config.rollout.group_size <= 16
                for c in smoke)
     assert any(c.config.probe.every > 0 and c.config.env.overrides.get("require_think", True) for c in smoke)
+    dynamic = expand(load_suite("dapo-dynamic-bandit"), Path("/tmp/unused"))
+    assert {(c.config.filter_preset, c.config.filter.max_rounds) for c in dynamic} == {
+        ("none", 1), ("snr-top-p", 1), ("dapo-dynamic", 4)}
     sweep = expand(load_suite("top-p-sweep"), Path("/tmp/unused"))
     assert sorted({c.config.filter.value for c in sweep}) == [0.6, 0.8, 0.9, 0.95, 0.98, 1.0]
 
