@@ -139,12 +139,17 @@ def evaluate(model, tokenizer, env_factory: Callable[[], object], seeds: Sequenc
              generator: torch.Generator | None = None, progress=None) -> dict[str, float]:
     """Validation: success rate over all episodes and pass@G (a group passes if any member succeeds)."""
     batch = rollout(model, tokenizer, env_factory, seeds, config, generator, progress=progress)
+    return validation_metrics(batch, config.group_size)
+
+
+def validation_metrics(batch: RolloutBatch, group_size: int) -> dict[str, float]:
+    """What validation reports of a rollout: success, pass@G, spread and valid-action shares, reward, format."""
     metrics = batch.metrics(prefix=names.VAL)
     return {
         names.VAL_SPREAD_SHARE: spread_share(batch.trajectories),
         names.VAL_VALID_ACTION_SHARE: valid_action_share(batch.trajectories),
         names.VAL_SUCCESS_RATE: metrics[names.VAL_SUCCESS_RATE],
-        names.val_pass_at(config.group_size): group_pass_rate(batch.trajectories),
+        names.val_pass_at(group_size): group_pass_rate(batch.trajectories),
         names.VAL_REWARD_MEAN: metrics[names.VAL_REWARD_MEAN],
         names.VAL_FORMAT_OK_FRACTION: metrics[names.VAL_FORMAT_OK_FRACTION],
         names.VAL_NUM_GROUPS: metrics[names.VAL_NUM_GROUPS],
