@@ -22,6 +22,7 @@ import inspect
 
 import torch
 
+from mi_probe.kv_cache import cache_argument
 from ragen2 import precision
 
 try:  # transformers' cache-layer and attention-registry API (5.x)
@@ -161,8 +162,7 @@ class KVRows:
         self.device = next(iter(model.parameters()), torch.zeros(0)).device
         self.cached = takes_row_cache(model)
         forward_parameters = _forward_parameters(_base_model(model))
-        # transformers >= 5.2x names the cache `cache`; older versions `past_key_values`
-        self.cache_argument = "cache" if "cache" in forward_parameters else "past_key_values"
+        self.cache_argument = cache_argument(_base_model(model))
         self.keep_logits = "logits_to_keep" in forward_parameters
         self.rows, self.capacity = 0, 0
         self.lengths = torch.zeros(0, dtype=torch.long)

@@ -22,12 +22,13 @@ with gradient checkpointing (`supported`).
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
 from torch import nn
+
+from mi_probe.kv_cache import cache_argument
 
 # Below this many shared tokens a cluster saves less than the extra prefix row's padding costs.
 MIN_SHARED_PREFIX = 16
@@ -200,15 +201,6 @@ def micro_batches(tokens: TokenRows, rows: torch.Tensor, micro_batch_size: int, 
     return batches
 
 
-def _cache_argument(body: nn.Module) -> str:
-    """transformers >= 5.2x names the cache `cache`; older versions `past_key_values`."""
-    try:
-        names = inspect.signature(body.forward).parameters
-    except (TypeError, ValueError):
-        names = {}
-    return "cache" if "cache" in names else "past_key_values"
-
-
 def _output_cache(out):
     cache = getattr(out, "cache", None)
     return cache if cache is not None else getattr(out, "past_key_values", None)
@@ -243,7 +235,7 @@ def shared_hidden_states(body: nn.Module, input_ids: torch.Tensor, attention_mas
     embed = body.get_input_embeddings()
     embeds = embed(torch.cat([prefix_ids.flatten(), suffix_ids.flatten()]))
     prefix_embeds, suffix_embeds = embeds.split([prefix_ids.numel(), suffix_ids.numel()])
-    cache_arg = _cache_argument(body)
+    cache_arg = cache_argument(body)
     out = body(inputs_embeds=prefix_embeds.view(clusters, prefix_width, -1), attention_mask=prefix_mask,
                position_ids=cols[None].expand(clusters, -1), use_cache=True)
     cache = _output_cache(out)
