@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import snr
 from ragen2 import metric_names as names
 from ragen2.engines.local.run import Run
-from ragen2.rollout import RolloutBatch, rollout
+from ragen2.rollout.agent_loop import rollout  # the module itself: the package re-exports it lazily
+from ragen2.rollout.batch import RolloutBatch
 from ragen2.seeding import refill_seeds, step_seeds
 
 LIMIT_EVENT = "dynamic_sampling_limit"

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 import snr
+from snr.selection import select_groups
 from ragen2 import heap
 from ragen2 import metric_names as names
 from ragen2 import precision
@@ -34,8 +35,9 @@ from ragen2.engines.local.stoppers import interrupted as interrupt_stop
 from ragen2.instruments import completions
 from ragen2.instruments import probe as probe_lib
 from ragen2.progress import LiveLine
-from ragen2.rollout import RolloutBatch, evaluate
-from ragen2.rollout.batch import adjusted_rows, ragen_size_divisor
+# the concrete modules, not the packages' lazy re-exports: static tools then see the step's stages
+from ragen2.rollout.agent_loop import evaluate
+from ragen2.rollout.batch import RolloutBatch, adjusted_rows, ragen_size_divisor
 from ragen2.run_dir import (DirectoryGuard, RunDirectoryGone, RunLog, checkpoint_name, read_steps,
                             write_config, write_summary)
 from ragen2.run_dir import summary as run_summary
@@ -77,7 +79,7 @@ def train_step(run: Run) -> StepResult:
     metrics.update(decompose_prefilter(run, batch))  # probe.grad_prefilter: before the filter
     with timer(names.PHASE_FILTER):
         signal = group_signal(batch, cfg.filter.signal)
-        selection = snr.select_groups(batch.reward_matrix(), cfg.filter, signal=signal)
+        selection = select_groups(batch.reward_matrix(), cfg.filter, signal=signal)
     metrics.update(selection.metrics)
     recorded = completions.pick(batch, cfg.trainer.log_completions, selection.kept.tolist())  # no RNG
     filter_decision = state.stop_policy.observe(selection)
