@@ -30,6 +30,7 @@ import dataclasses
 import json
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -154,13 +155,17 @@ def main(argv=None) -> int:
         step, _, path = item.partition("=")
         if path != "start":
             load_weights(models, path)
+        started = time.perf_counter()
         generator = torch.Generator(device="cpu").manual_seed(args.seed)  # the same draws at every checkpoint
         models.policy.eval()
         batch = rollout(models.policy, models.tokenizer, env_factory(cfg), seeds, cfg.rollout, generator)
-        checkpoints.extend(analyse(models, cfg, batch, int(step)))
+        done = analyse(models, cfg, batch, int(step))
+        for c in done:  # what one checkpoint cost, rollout and both advantages' passes (planning runs)
+            c["wall_s"] = round(time.perf_counter() - started, 1)
+        checkpoints.extend(done)
         print(f"step {step}: {len(batch.trajectories)} episodes analysed", file=sys.stderr)
     result = {"command": "python scripts/gradient_buckets.py " + " ".join(argv),
-              "run": str(args.run), "seed": cfg.trainer.seed, "model": cfg.model.name, "env": cfg.env.name,
+              "run": str(args.run), "seed": cfg.trainer.seed, "cpu_threads": torch.get_num_threads(), "model": cfg.model.name, "env": cfg.env.name,
               "norms": "task: ||g_task||; entropy, kl: coefficient x norm (RAGEN-2's grad_norm/<bucket>/entropy|kl)",
               "checkpoints": checkpoints}
     args.out.parent.mkdir(parents=True, exist_ok=True)
