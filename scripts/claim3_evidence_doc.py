@@ -108,7 +108,7 @@ The pre-registered test (the suite file's analysis plan: per seed, least squares
 log reward std, log sampled tokens and one indicator per step; the per-seed slopes tested one-sided
 across seeds): {secondary_text("Dr.GRPO", dr)}. {secondary_text("GRPO", gr)}. Beside it, not tested:
 the pooled slope per step, Dr.GRPO {steps_dr} and GRPO {steps_gr} over steps 0-5 (the policy
-drifts; the slopes shrink as it does); and within each of Bandit's two std clusters (four rollouts of
+drifts, and both series fall from step to step); and within each of Bandit's two std clusters (four rollouts of
 a coin-paid arm give a std under 0.3 or over it, nothing between), Dr.GRPO {f2(lo_dr['slope'])}, CI
 {ci(lo_dr)} below 0.3 and {f2(hi_dr['slope'])}, CI {ci(hi_dr)} above (a narrow range of std), GRPO
 {f2(lo_gr['slope'])}, CI {ci(lo_gr)} below 0.3.
