@@ -36,6 +36,7 @@ from scipy import stats
 import mi_probe
 from ragen2 import metric_names as names
 from ragen2.reports.audit_verdict import run_verdict
+from ragen2.reports.plot import BEFORE_LABEL, BEFORE_STEP, Curve, curves as plot_curves, draw_curve, validation_before
 from ragen2.config import upgrade_saved
 from ragen2.instruments.probe import series_values
 from ragen2.run_dir import AUDIT_DIR, SUMMARY_FILE, finite, read_config, read_events, read_steps
@@ -240,32 +241,37 @@ def logged_panels(rows: list[dict]) -> list[tuple[str, tuple[str, ...]]]:
     return [(title, keys) for title, keys in PANELS if any(series(rows, key)[1] for key in keys)]
 
 
-def plot_series(rows: list[dict], alerts: list[dict]) -> bytes:
-    plt = _pyplot()
+def series_curves(rows: list[dict], before: dict[str, float] | None = None) -> list[tuple[str, list[Curve]]]:
+    """What series.png draws, panel by panel: the logged panels' curves at 1-based steps, the
+    validation before training at step 0 (`plot.curves`, as `ragen2 plot` draws them)."""
     panels = logged_panels(rows) or list(PANELS[-1:])
+    return [(title, plot_curves(rows, keys, before)) for title, keys in panels]
+
+
+def plot_series(rows: list[dict], alerts: list[dict], before: dict[str, float] | None = None) -> bytes:
+    plt = _pyplot()
+    panels = series_curves(rows, before)
     columns = min(3, len(panels))
     lines = -(-len(panels) // columns)
     figure, axes = plt.subplots(lines, columns, figsize=(13, 3.5 * lines), constrained_layout=True, squeeze=False)
     last_step = max((row["step"] for row in rows), default=0) + 1
+    first_step = BEFORE_STEP if any(c.before is not None for _, drawn in panels for c in drawn) else 1
     for axis in axes.flat[len(panels):]:
         axis.remove()  # a short last line of panels leaves no empty frame
-    for axis, (title, keys) in zip(axes.flat, panels):
-        for key in keys:
-            steps, values = series(rows, key)
-            if values:
-                dashed = "chance" in key or "upper_bound" in key
-                axis.plot([s + 1 for s in steps], values, linestyle="--" if dashed else "-",
-                          marker=None if dashed else "o",
-                          markersize=3, label=key)
+    for axis, (title, drawn) in zip(axes.flat, panels):
+        for curve in drawn:
+            dashed = "chance" in curve.key or "upper_bound" in curve.key
+            draw_curve(axis, curve, linestyle="--" if dashed else "-", marker=None if dashed else "o", markersize=3)
         for alert in alerts:
             axis.axvline(alert["step"] + 1, color=ALERT_COLOURS.get(alert["kind"], "k"), alpha=0.5, linewidth=1.5)
         axis.set_title(title)
         axis.set_xlabel("step")
-        axis.set_xlim(0.5, last_step + 0.5)  # every panel spans the run, also one logged at a single step
+        axis.set_xlim(first_step - 0.5, last_step + 0.5)  # every panel spans the run, also one logged at a single step
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         axis.legend(fontsize=7, loc="best", framealpha=0.6)
     marks = ", ".join(f"{kind}: {colour[4:]}" for kind, colour in ALERT_COLOURS.items())
-    figure.suptitle(f"collapse proxies (vertical lines = alerts; {marks})", fontsize=10)
+    start = f"; step 0: validation {BEFORE_LABEL}" if first_step == BEFORE_STEP else ""
+    figure.suptitle(f"collapse proxies (vertical lines = alerts; {marks}{start})", fontsize=10)
     return _png(figure)
 
 
@@ -378,6 +384,7 @@ def _summary(record: RunRecord, target: str) -> dict:
                    "rollout": {k: (cfg.get("rollout") or {}).get(k) for k in ("num_groups", "group_size")}},
         "target": target,
         "series": series_summary(record.rows),
+        "validation_before": validation_before(record.run_dir, record.events),  # the untrained model's
         "spearman": spearman_table(record.rows, target),
         "alerts": collect_alerts(record),
         "grad_decomposition": {str(step): buckets for step, buckets in sorted(grad.items())},
@@ -457,7 +464,7 @@ def build_report(run_dir: Path, out_dir: Path | None = None, target: str = SUCCE
     out_dir.mkdir(parents=True, exist_ok=True)
     summary = summarise(record, target)
     grad = with_scaled_norms(grad_decomposition(record.rows), record.config)
-    images = {"series": plot_series(record.rows, summary["alerts"])}
+    images = {"series": plot_series(record.rows, summary["alerts"], summary["validation_before"])}
     if grad:
         images.update(grad=plot_grad(grad), bound=plot_bound(grad))
     for name, png in images.items():

@@ -103,7 +103,7 @@ def test_plot_reads_three_steps_with_validation_at_its_1_based_steps(runs, monke
 
     seen = []
     original = plot.curves_figure
-    monkeypatch.setattr(plot, "curves_figure", lambda rows, title: seen.append(original(rows, title)) or seen[-1])
+    monkeypatch.setattr(plot, "curves_figure", lambda rows, title, **kw: seen.append(original(rows, title, **kw)) or seen[-1])
     drawn = []
     for run in runs:
         assert plot.plot_run(run).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -182,7 +182,8 @@ def test_audit_report_numbers_html_and_json(fixture_run, tmp_path, capsys):
     assert "template-collapse alert at step 7" in printed and "step 3: spike" in printed
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary) == {"run_dir", "steps", "config", "target", "series", "spearman", "alerts",
-                            "grad_decomposition", "bound", "run_stats", "verdict"}
+                            "grad_decomposition", "bound", "run_stats", "verdict", "validation_before"}
+    assert summary["validation_before"] == {}  # the fixture validated nothing before training
     assert summary["run_stats"] == {"probes": 8, "probe_rows_max": 32.0, "skipped_steps": 0}
     table = {entry["key"]: entry for entry in summary["spearman"]}
     want = stats.spearmanr(MI_SERIES, SUCCESS)
