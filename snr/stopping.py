@@ -78,6 +78,9 @@ class StopDecision:
     message: str | None = None
 
 
+# The low-validation count's metric: the trainer refreshes it after validating, past the step's row.
+LOW_VALIDATIONS = "snr/low_validations"
+
 _STATE_KEYS = (
     "steps",
     "total_skips",
@@ -195,7 +198,7 @@ class StopPolicy:
             "snr/total_skips": float(self.total_skips),
             "snr/spread_baseline": float(self.baseline) if self.baseline is not None else 0.0,
             "snr/steps_below_collapse_threshold": float(self.steps_below),
-            "snr/low_validations": float(self.low_validations),
+            LOW_VALIDATIONS: float(self.low_validations),
             "snr/stopped": 1.0 if self.stopped else 0.0,
         }
 

@@ -345,6 +345,8 @@ def group_normalized_scores(
     mean = torch.zeros(num_groups, dtype=s.dtype, device=s.device).index_add_(0, inverse, s) / counts
     dev = s - mean[inverse]  # exactly 0 for a singleton with a finite score
     if scale_by_std:
+        # Its own std, not snr.group_spread's: per sample over group ids of any size, in fp64, with no zero-spread
+        # tolerance, as RAGEN/veRL compute it, so GRPO advantages reproduce theirs bit for bit.
         sq = torch.zeros_like(mean).index_add_(0, inverse, dev * dev)
         denom = (counts - 1 if unbiased_std else counts).clamp(min=1)
         std = (sq / denom).sqrt()

@@ -221,13 +221,18 @@ def load_suite(name_or_path: str) -> Suite:
 
 def flatten(data: dict, prefix: str = "") -> list[str]:
     """{"a": {"b": 1}} → ["a.b=1"]; values written as JSON, which the override parser reads back as YAML."""
-    items = []
+    return [f"{dotted}={value}" for dotted, value in dotted_items(data, prefix).items()]
+
+
+def dotted_items(data: dict, prefix: str = "") -> dict[str, str]:
+    """{"a": {"b": 1}} → {"a.b": "1"}: each leaf's dotted key and its value as JSON."""
+    items = {}
     for key, value in data.items():
         dotted = f"{prefix}{key}"
         if isinstance(value, dict) and value and key != "overrides":
-            items += flatten(value, dotted + ".")
+            items.update(dotted_items(value, dotted + "."))
         else:
-            items.append(f"{dotted}={json.dumps(value)}")
+            items[dotted] = json.dumps(value)
     return items
 
 
@@ -335,12 +340,12 @@ def config_difference(saved_yaml: str, cfg: Config) -> list[str]:
     written = set()
     try:  # as this version reads it: renamed keys are the same key
         saved = upgrade_saved(saved)
-        written = {i.split("=", 1)[0] for i in flatten(saved)}
+        written = set(dotted_items(saved))
         saved = json.loads(build_config(saved).model_dump_json())
     except ConfigError:
         pass
-    old = dict(i.split("=", 1) for i in flatten(saved))
-    new = dict(i.split("=", 1) for i in flatten(json.loads(cfg.model_dump_json())))
+    old = dotted_items(saved)
+    new = dotted_items(json.loads(cfg.model_dump_json()))
     # A field the saved file never wrote did not exist when that run started: the user changed
     # no setting there (the code's change is in the cell's recorded commit), so it is no difference.
     added_since = {k for k in new if written and k not in written and k in old}

@@ -21,6 +21,7 @@ import torch
 
 import snr
 from snr.selection import select_groups
+from snr.stopping import LOW_VALIDATIONS
 from ragen2 import heap
 from ragen2 import metric_names as names
 from ragen2 import precision
@@ -360,7 +361,7 @@ def validate_step(run: Run, result: StepResult) -> None:
     if names.VAL_SUCCESS_RATE in metrics and not stopping:
         policy = run.state.stop_policy
         result.validation_decision = policy.observe_validation(metrics[names.VAL_SUCCESS_RATE])
-        metrics["snr/low_validations"] = float(policy.low_validations)
+        metrics[LOW_VALIDATIONS] = float(policy.low_validations)
 
 
 def validate_before(run: Run) -> dict | None:
