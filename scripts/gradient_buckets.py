@@ -102,11 +102,14 @@ def analyse(models: learner.Models, cfg, batch, step: int) -> list[dict]:
                             "entropy_norm_unscaled": metrics.get(f"g/{name}/entropy_norm", 0.0),
                             "kl_norm_unscaled": metrics.get(f"g/{name}/kl_norm", 0.0)})
         with_spread = [b["task_norm"] for b in buckets if b["mean_variance"] > 0]
+        # RAGEN-2's reading of its figure: the task norm rises over the buckets (those with spread)
+        rising = all(a <= b for a, b in zip(with_spread, with_spread[1:])) if len(with_spread) > 1 else None
         floor = FLOOR_RELATIVE * statistics.median(with_spread) if with_spread else None
         zero_norms = [group_task_norm(models.policy, cfg, data, rows_of[g]) for g in zero]
         out.append({"step": step, "advantage": advantage, "groups": len(groups),
                     "group_size": cfg.rollout.group_size, "zero_variance_groups": len(zero),
                     "zero_variance_task_norm_max": max(zero_norms, default=None), "floor": floor,
+                    "task_norm_nondecreasing": rising,
                     "loss_agg": cfg.algo.loss_agg, "entropy_coef": cfg.algo.entropy_coef, "kl_coef": cfg.algo.kl_coef,
                     "buckets": buckets})
     return out

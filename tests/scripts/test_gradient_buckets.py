@@ -86,6 +86,8 @@ def test_six_buckets_both_advantages_and_zero_variance_groups_at_zero(tmp_path, 
         assert len(buckets) == 6 and sum(b["groups"] for b in buckets) == 12
         variances = [b["mean_variance"] for b in buckets]
         assert variances == sorted(variances)  # bucket_1 lowest spread
+        rising = [b["task_norm"] for b in buckets if b["mean_variance"] > 0]
+        assert c["task_norm_nondecreasing"] == (rising == sorted(rising))
         assert 0 < c["zero_variance_groups"] < 12
         # the bound with Var = 0: a flat group's task gradient is zero to rounding, under the floor
         assert c["floor"] > 0 and c["zero_variance_task_norm_max"] <= c["floor"]
