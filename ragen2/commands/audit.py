@@ -133,8 +133,9 @@ def _model_audit(args) -> int:
     settings = AuditSettings(**{name: getattr(args, name) for name in asdict(AuditSettings())})
     print(f"rolling out {settings.groups} groups x {settings.group_size} on {env_name} ...", file=sys.stderr)
     numbers = audit.audit_model(policy, tokenizer, factory, settings)
+    numbers.update(model=args.model, env=env_name)  # before the verdict: its advice depends on them
     label, explanation = audit.verdict(numbers)
-    numbers.update(verdict=label, explanation=explanation, model=args.model, env=env_name)
+    numbers.update(verdict=label, explanation=explanation)
     print(f"verdict: {label}\n  {explanation}")
     print(f"  success {numbers['success_rate']:.3f} | format ok {numbers['format_ok_fraction']:.3f} | "
           f"turns with reasoning {numbers['think_span_fraction']:.3f}")

@@ -114,16 +114,16 @@ def audit_model(policy, tokenizer, env_factory, settings: AuditSettings) -> dict
     config = RolloutConfig(group_size=settings.group_size, max_turns=settings.max_turns,
                            max_new_tokens=settings.max_new_tokens, temperature=settings.temperature)
     batch = rollout(policy, tokenizer, env_factory, seeds, config, torch.Generator().manual_seed(settings.seed))
-    segment = settings.segment
-    if segment == "auto":  # as a run resolves it: the env decides (an answer-only env has no reasoning)
-        probe_env = env_factory()
-        segment = "reasoning" if getattr(getattr(probe_env, "config", None), "require_think", True) else "reply"
-        probe_env.close()
+    probe_env = env_factory()
+    think = bool(getattr(getattr(probe_env, "config", None), "require_think", True))
+    probe_env.close()
+    # auto: as a run resolves it, the env decides (an answer-only env has no reasoning)
+    segment = settings.segment if settings.segment != "auto" else "reasoning" if think else "reply"
     probe = Probe(ProbeSection(every=1, num_samples=max(2, settings.num_samples), mode=settings.mode,
                                segment=segment), tokenizer)
     measured = probe.measure(policy, batch, settings.seed)
     numbers = {key.removeprefix(names.PROBE): value for key, value in measured.items()}
-    numbers["segment"] = segment
+    numbers.update(segment=segment, think_mode=think, max_turns=settings.max_turns)  # what the verdict's advice fits
     rollout_metrics = batch.metrics()
     numbers.update(policy_entropy=policy_entropy(policy, batch, settings.temperature),
                    success_rate=rollout_metrics[names.ROLLOUT_SUCCESS_RATE],

@@ -33,6 +33,7 @@ from matplotlib.ticker import MaxNLocator
 import numpy as np
 from scipy import stats
 
+import envs
 import mi_probe
 from ragen2 import metric_names as names
 from ragen2.reports.audit_verdict import run_verdict
@@ -372,6 +373,19 @@ def summarise(record: RunRecord, target: str = SUCCESS_KEY) -> dict:
     return summary
 
 
+def think_mode(config: dict) -> bool | None:
+    """The run's require_think: its env override, else the env's registered default; None for an env
+    that cannot be looked up here (one of your own not on the path), so the advice names no mode."""
+    env = config.get("env") or {}
+    overrides = env.get("overrides") or {}
+    if "require_think" in overrides:
+        return bool(overrides["require_think"])
+    try:
+        return bool(envs.spec(env.get("name") or "bandit").config.require_think)
+    except envs.EnvConfigError:
+        return None
+
+
 def _summary(record: RunRecord, target: str) -> dict:
     cfg = record.config
     grad = with_scaled_norms(grad_decomposition(record.rows), record.config)
@@ -380,6 +394,7 @@ def _summary(record: RunRecord, target: str) -> dict:
         "steps": len(record.rows),
         "config": {"env": cfg.get("env", {}).get("name"), "algo": cfg.get("algo", {}).get("name"),
                    "filter": cfg.get("filter_preset"), "model": cfg.get("model", {}).get("name"),
+                   "think_mode": think_mode(cfg), "max_turns": (cfg.get("rollout") or {}).get("max_turns"),
                    "probe": cfg.get("probe", {}),
                    "rollout": {k: (cfg.get("rollout") or {}).get(k) for k in ("num_groups", "group_size")}},
         "target": target,

@@ -15,6 +15,11 @@ only come from reasoning that does depend on its prompt.
 A probe over whole replies (`probe.segment=reply`, `--segment reply`) has a row for every
 rollout, so the format rate does not select its sample; the sentences then say "replies".
 
+What to change depends on what was run (`Setting`: env, think mode, turns, model): the bundled
+135M model rarely closes a <think> block and gets no reward spread on multi-turn FrozenLake or
+Sokoban in any setting tried (docs/evidence.md), so its advice is answer-only mode, whole replies
+or a supervised warm start (docs/warm_start.md), never "more rollouts" or "think mode" again.
+
 Steps in every sentence here are 1-based (the console's "step 1/6"), i.e. metrics.jsonl's
 0-based `step` field + 1.
 """
@@ -38,6 +43,53 @@ NO_SPREAD = 1e-9  # in-group reward std at or below this: every rollout of a gro
 FORMAT_ADVICE = ("use a model that follows the <think>…</think><answer>…</answer> format, train the format "
                  "first (a few steps: the format penalty teaches it), or audit a trained checkpoint")
 ROWS_ADVICE = "roll out more groups (--groups, --group-size) or raise --max-new-tokens so the reasoning closes"
+
+
+BUNDLED_THINK = ("the bundled model rarely writes a well-formed think-mode reply (1 to 4 of 64 Bandit episodes, "
+                 "docs/evidence.md)")
+BUNDLED_MULTI_TURN = ("the bundled model gets no reward spread on multi-turn FrozenLake or Sokoban: every episode "
+                      "of the 7 settings tried scored the same, -0.1 a turn (docs/evidence.md), so a bigger group "
+                      "draws more of the same")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What was run or audited, as far as it is known (None: not recorded), for advice that fits it."""
+
+    env: str | None = None
+    think: bool | None = None  # the env's require_think
+    max_turns: int | None = None
+    model: str | None = None
+
+    @classmethod
+    def of(cls, facts: dict) -> "Setting":
+        """From a run summary's `config` or a model audit's numbers (keys env, think_mode, max_turns, model)."""
+        turns = facts.get("max_turns")
+        think = facts.get("think_mode")
+        return cls(facts.get("env"), None if think is None else bool(think),
+                   int(turns) if isinstance(turns, (int, float)) else None, facts.get("model"))
+
+    @property
+    def bundled(self) -> bool:
+        if not isinstance(self.model, str):
+            return False
+        from ragen2.models import BUNDLED_NAMES  # torch: only when a verdict is given, never for --help
+
+        return self.model.lower() in BUNDLED_NAMES
+
+    @property
+    def multi_turn(self) -> bool:
+        return (self.max_turns or 1) > 1
+
+
+def warm_start(setting: Setting, option: str) -> str:
+    """The warm start's commands (docs/warm_start.md) for `setting`'s env and turns, demos in its own
+    mode, ending in `option` (how the trained model is passed on: `--model` for train and audit)."""
+    env = setting.env or "ENV"
+    turns = f" rollout.max_turns={setting.max_turns}" if setting.multi_turn else ""
+    reasoning = "grounded" if setting.think else "none"
+    return (f"ragen2 demos --env {env} --reasoning {reasoning} --out demos.jsonl{turns}, ragen2 sft --demos "
+            f"demos.jsonl trainer.run_name={env}-sft{turns}, then {option} runs/{env}-sft")
 
 
 @dataclass
@@ -85,13 +137,14 @@ def model_verdict(numbers: dict) -> tuple[str, str]:
     format_ok = _get(numbers, "format_ok_fraction")
     replies = numbers.get("segment") == "reply"
     noun, subject = ("replies", "the reply") if replies else ("reasoning segments", "the reasoning")
+    setting = Setting.of(numbers)
     if numbers.get("skipped_too_few_groups") or rows < MIN_ROWS or prompts < MIN_PROMPTS:
         if replies:
             why, advice = ("too few rollouts" if rows < MIN_ROWS else "too few distinct prompts"), ROWS_ADVICE
+        elif rows >= MIN_ROWS:
+            why, advice = "too few distinct prompts", ROWS_ADVICE
         else:
-            why = "the model rarely closed a <think>…</think> block" if rows < MIN_ROWS else "too few distinct prompts"
-            advice = (f"{ROWS_ADVICE}; {FORMAT_ADVICE}; use a think-mode env (e.g. --env bandit, not "
-                      f"require_think=false), or probe whole replies (--segment reply)")
+            why, advice = _few_reasoning_rows(setting)
         return ("inconclusive", f"only {rows} {noun} over {prompts} prompts (a verdict needs at least "
                                 f"{MIN_ROWS} over {MIN_PROMPTS}): {why}. To get one: {advice}")
     accuracy, chance = _get(numbers, "retrieval_accuracy@1"), _get(numbers, "retrieval_chance_level@1")
@@ -104,14 +157,34 @@ def model_verdict(numbers: dict) -> tuple[str, str]:
         return "input-dependent", f"{subject} identifies its own prompt well above chance: {facts}"
     # Reasoning rows exist only where the format held; every reply is a row, whatever the format.
     if not replies and not format_ok >= MIN_FORMAT_OK:  # NaN too: unknown format rate is no basis for a negative claim
+        advice = (f"{BUNDLED_THINK}: probe whole replies (--segment reply), or audit a warm-started model "
+                  f"(docs/warm_start.md: {warm_start(setting, '--model')})" if setting.bundled else FORMAT_ADVICE)
         return ("inconclusive", f"only {format_ok:.2f} of turns were well-formed (a negative verdict needs "
                                 f"{MIN_FORMAT_OK:.2f}): the scored reasoning is a small, selected sample. "
-                                f"{FORMAT_ADVICE}. Numbers: {facts}")
+                                f"{advice[0].upper() + advice[1:]}. Numbers: {facts}")
     if z >= RETRIEVAL_Z_WEAK and mi > 0:
         return "weak input dependence", f"above chance, but not clearly ({ROWS_ADVICE}): {facts}"
     if entropy >= ENTROPY_FLOOR:
         return "template collapse suspected", f"{subject} varies but does not identify its input: {facts}"
     return "low diversity", f"near-deterministic output that does not identify its input: {facts}"
+
+
+def _few_reasoning_rows(setting: Setting) -> tuple[str, str]:
+    """(why, what to change) for a model audit of reasoning that scored too few rows: an answer-only
+    env has none to score; the bundled model in think mode rarely closes one, whatever the budget."""
+    if setting.think is False:
+        think = "" if setting.bundled else ", or audit the env in think mode (leave out require_think=false)"
+        return ("the env is answer-only (require_think=false), so there is no reasoning to score",
+                f"probe whole replies (--segment reply; --segment auto picks them for an answer-only env){think}")
+    why = "the model rarely closed a <think>…</think> block"
+    if setting.bundled and setting.think:
+        return why, (f"{BUNDLED_THINK}, so more rollouts or tokens will not help: probe whole replies "
+                     f"(--segment reply), or audit a warm-started model (docs/warm_start.md: "
+                     f"{warm_start(setting, '--model')})")
+    if setting.think:
+        return why, f"{ROWS_ADVICE}; {FORMAT_ADVICE}; or probe whole replies (--segment reply)"
+    return why, (f"{ROWS_ADVICE}; {FORMAT_ADVICE}; use a think-mode env (e.g. --env bandit, not "
+                 f"require_think=false), or probe whole replies (--segment reply)")  # mode not recorded
 
 
 def compare_with_base(numbers: dict, base: dict) -> str:
@@ -162,12 +235,12 @@ def run_verdict(summary: dict) -> tuple[str, list[str]]:
     probes, rows_max = int(stats.get("probes", 0)), stats.get("probe_rows_max")
     numbers.append(f"{probes} probe(s)" + (f" of {noun}, at most {int(rows_max)} rows each" if rows_max else ""))
     lines.append("; ".join(numbers))
+    setting = Setting.of(summary.get("config") or {})
     kinds = []  # what each problem asks to change (conclusive_change)
     if (spread is not None and spread["max"] <= NO_SPREAD) or (stats.get("skipped_steps") and
                                                                stats["skipped_steps"] == summary.get("steps")):
         problems.append("no reward spread: every group's rollouts scored the same at every step, so no step had "
-                        "a task gradient (only the regularisers moved the policy). Raise rollout.group_size or "
-                        "rollout.temperature, or pick an env/mode the model can sometimes solve")
+                        f"a task gradient (only the regularisers moved the policy). {_spread_advice(setting)}")
         kinds.append("spread")
     if probes == 0 or not rows_max or rows_max < MIN_ROWS:
         got = "the probe never ran (set probe.every=1)" if probes == 0 else (
@@ -177,9 +250,7 @@ def run_verdict(summary: dict) -> tuple[str, list[str]]:
             problems.append(f"too few replies to probe: {got}. Roll out more groups per step (rollout.num_groups, "
                             f"rollout.group_size) and probe every step")
         else:
-            problems.append(f"no reasoning to probe: {got}. Train in think mode (e.g. --env bandit; the CPU default "
-                            f"is answer-only), give the reasoning room (rollout.max_new_tokens), and probe every "
-                            f"step; or probe whole replies (probe.segment=reply), which have a row per rollout")
+            problems.append(f"no reasoning to probe: {got}. {_reasoning_advice(setting)}")
     if problems:
         return "inconclusive", lines + problems + [conclusive_change(summary, kinds)]
     alerts = [a for a in summary.get("alerts", []) if a.get("kind") == "template_collapse"]
@@ -200,15 +271,50 @@ def run_verdict(summary: dict) -> tuple[str, list[str]]:
     return "no collapse detected", lines + [", ".join(trend) or "probe series present, no collapse alert"]
 
 
+def _spread_advice(setting: Setting) -> str:
+    """What gives a run reward spread, for what it was: more rollouts or a higher temperature, except
+    where docs/evidence.md shows they give the bundled model none."""
+    if setting.bundled and setting.multi_turn:
+        return (f"More rollouts will not help here: {BUNDLED_MULTI_TURN}. Warm-start it on the env's expert "
+                f"first (docs/warm_start.md): {warm_start(setting, 'train with --model')}")
+    if setting.bundled and setting.think:
+        return (f"In think mode nearly every reply draws the format penalty: {BUNDLED_THINK}. Train answer-only "
+                "(--env-arg require_think=false, the CPU default)")
+    return ("Raise rollout.group_size or rollout.temperature, or pick an env/mode the model can sometimes "
+            "solve")
+
+
+def _reasoning_advice(setting: Setting) -> str:
+    """What gives the probe reasoning to score, for what the run was (no "train in think mode" to a
+    run that did, nor to the bundled model, which rarely closes a <think> block)."""
+    replies = "probe whole replies (probe.segment=reply), which have a row per rollout"
+    if setting.think is False:
+        think = "" if setting.bundled else "; or train in think mode (leave out require_think=false)"
+        return f"The run was answer-only (require_think=false), so it wrote no reasoning: {replies}{think}"
+    if setting.think and setting.bundled:
+        return (f"Think mode was on, but {BUNDLED_THINK}: {replies}, or warm-start it on think-mode demos "
+                f"(docs/warm_start.md: {warm_start(setting, 'train with --model')})")
+    if setting.think:
+        return f"Give the reasoning room (rollout.max_new_tokens) and probe every step; or {replies}"
+    return ("Train in think mode (e.g. --env bandit; the CPU default is answer-only), give the reasoning room "
+            f"(rollout.max_new_tokens), and probe every step; or {replies}")  # the run's mode was not recorded
+
+
 def conclusive_change(summary: dict, kinds: list[str]) -> str:
     """One line: the single setting that would make an inconclusive run conclusive, or, where one
     is not enough, every one it takes (the run's own sizes give the numbers)."""
     steps = int(summary.get("steps") or 0)
     config = summary.get("config") or {}
     probe, rollout = config.get("probe") or {}, config.get("rollout") or {}
+    setting = Setting.of(config)
     changes = []
     for kind in kinds:
-        if kind == "spread":
+        if kind == "spread" and setting.bundled and setting.multi_turn:  # no group size gives it spread
+            changes.append(f"--model runs/{setting.env or 'ENV'}-sft (the warm start above: ragen2 demos, then "
+                           "ragen2 sft; docs/warm_start.md)")
+        elif kind == "spread" and setting.bundled and setting.think:
+            changes.append("--env-arg require_think=false (answer-only: the bundled model rarely closes <think>)")
+        elif kind == "spread":
             changes.append(f"rollout.group_size={2 * int(rollout.get('group_size') or 4)} (more rollouts per prompt, "
                            "so that some of a group's differ)")
         elif kind == "probe":

@@ -335,10 +335,13 @@ def test_model_audit_loads_a_checkpoint_on_its_base_and_prints_a_verdict(tok, tm
     # a random tiny model writes no <think> block: nothing to probe, and the verdict says so
     assert numbers["verdict"] == "inconclusive" and "verdict: inconclusive" in out
     assert numbers["env"] == "bandit" and math.isfinite(numbers["policy_entropy"])
+    # the verdict's advice knows the env was in think mode: no "use a think-mode env" to it
+    assert (numbers["think_mode"], numbers["max_turns"]) == (True, 1) and "think-mode" not in numbers["explanation"]
     # --segment auto: as a run resolves it, an answer-only env gets the reply segment
     assert _cli(["--model", str(run), "--groups", "2", "--group-size", "2", "--max-new-tokens", "4", "--segment",
                  "auto", "--env-arg", "require_think=false", "--json", str(report)]) == 0
     assert json.loads(report.read_text())["segment"] == "reply"
+    assert json.loads(report.read_text())["think_mode"] is False
     assert _cli(["--model", str(tmp_path / "nowhere")]) == 2
     assert _cli(["--model", str(tmp_path)]) == 2  # a folder that is none of the accepted kinds
 
