@@ -1,4 +1,5 @@
-"""`ragen2 plot RUN_DIR`: training curves as PNG (ragen2.reports.plot draws them)."""
+"""`ragen2 plot RUN_DIR`: training curves as PNG (ragen2.reports.plot draws them), the validation
+curves starting from the untrained model's validation at step 0 where the run made one."""
 
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ from ragen2.run_dir import CURVES_FILE, METRICS_FILE
 
 
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser("plot", help=COMMANDS["plot"])
+    parser = subparsers.add_parser(
+        "plot", help=COMMANDS["plot"],
+        description="Training curves as PNG, one panel per quantity, steps from 1 as on the console; the "
+                    "validation before training (trainer.val_before) is drawn at step 0, a hollow diamond.")
     parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help=f"a ragen2 run directory (has {METRICS_FILE})")
     parser.add_argument("--out", type=Path, help=f"PNG path (default RUN_DIR/{CURVES_FILE})")
     parser.set_defaults(run=run)
