@@ -40,8 +40,7 @@ from ragen2.engines.local.interrupts import Interrupts
 from ragen2.engines.local.run import env_factory
 from ragen2.engines.local.trainer import apply_threads
 from ragen2.progress import LiveLine, format_eta
-from ragen2.rollout import rollout
-from ragen2.rollout.agent_loop import validation_metrics
+from ragen2.rollout import evaluate
 from ragen2.rollout.batch import RolloutBatch
 from ragen2.rollout.chat import ChatFormat
 from ragen2.rollout.episode import Episode, TurnRules
@@ -154,23 +153,14 @@ class SFTRun:
     step: int = 0
 
 
-# Validation groups rolled out at once. The row cache of a multi-turn rollout holds every row's whole
-# history: 128 FrozenLake think-mode episodes at once took an SFT process to 9.4 GB (the optimiser's
-# moments on top) and the kernel killed it; 8 groups x 4 hold a quarter of that.
-VALIDATION_CHUNK_GROUPS = 8
-
-
 def validate(run: SFTRun) -> dict:
-    """`ragen2 train`'s validation instances and settings, rolled out VALIDATION_CHUNK_GROUPS groups at a time."""
+    """`ragen2 train`'s validation: the same instances, settings and rollout."""
     cfg, started = run.cfg, time.perf_counter()
     generator = torch.Generator().manual_seed(validation_sampling_seed(cfg))
     rollout_cfg = dataclasses.replace(cfg.rollout, temperature=cfg.trainer.val_temperature)
-    seeds, make_env = validation_seeds(cfg), env_factory(cfg, cfg.env.val_name)
-    batches = [rollout(run.models.policy, run.models.tokenizer, make_env, seeds[i:i + VALIDATION_CHUNK_GROUPS],
-                       rollout_cfg, generator, progress=run.live.rollout("validation"))
-               for i in range(0, len(seeds), VALIDATION_CHUNK_GROUPS)]
+    metrics = evaluate(run.models.policy, run.models.tokenizer, env_factory(cfg, cfg.env.val_name),
+                       validation_seeds(cfg), rollout_cfg, generator, progress=run.live.rollout("validation"))
     run.live.stop()
-    metrics = validation_metrics(RolloutBatch.concat(batches), rollout_cfg.group_size)
     metrics[names.TIME_VALIDATION_S] = round(time.perf_counter() - started, 4)
     return metrics
 
