@@ -117,7 +117,23 @@ def plot(results: list[dict], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def table(path: Path) -> str:
+    """The calibration as the markdown table docs/warm_start.md shows (`--table`)."""
+    rows = ["| env | reasoning | SFT steps | SFT s | success | groups with spread | valid actions | episodes "
+            "| random: success | random: spread | load avg | calibrated |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in json.loads(path.read_text())["results"]:
+        rows.append(f"| {r['env']} | {r['reasoning']} | {r['sft_steps']} | {r['sft_seconds']} | {r['success']:.3f} | "
+                    f"{r['spread_share']:.3f} | {r['valid_action_share']:.3f} | {r['episodes']} | "
+                    f"{r['random']['success']:.3f} | {r['random']['spread_share']:.3f} | "
+                    f"{r['cpu']['load_avg'][0]} | {'yes' if r['calibrated'] else 'no'} |")
+    return "\n".join(rows)
+
+
 def main() -> int:
+    if sys.argv[1:] == ["--table"]:
+        print(table(Path("docs/benchmarks/warm_start_calibration.json")))
+        return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env", required=True)
     parser.add_argument("--reasoning", default="none", choices=("none", "grounded", "template"))
