@@ -103,13 +103,14 @@ def plot(results: list[dict], path: Path) -> None:
     fig, axes = plt.subplots(1, len(env_names), figsize=(5 * len(env_names), 3.6), squeeze=False)
     for ax, env in zip(axes[0], env_names):
         for r in (r for r in results if r["env"] == env):
-            xs = [0] + [p["sft_steps"] for p in r["curve"]]
-            ys = [r.get("base_success", 0.0)] + [p["success"] for p in r["curve"]]
+            xs = [p["sft_steps"] for p in r["curve"]]  # no step 0: the untrained model was not validated here
+            ys = [p["success"] for p in r["curve"]]
             line, = ax.plot(xs, ys, marker="o", label=f"{r['reasoning']}")
             ax.axhline(r["random"]["success"], color=line.get_color(), linestyle=":", linewidth=1)
         ax.axhspan(*SUCCESS_RANGE, color="green", alpha=0.08, label="target 20-70%")
         ax.set_title(f"{env}: validation success after SFT")
         ax.set_xlabel("SFT steps")
+        ax.set_xlim(0, None)
         ax.set_ylabel("success (dotted: random valid actions)")
         ax.set_ylim(0, 1)
         ax.legend(fontsize=8)
@@ -131,8 +132,12 @@ def table(path: Path) -> str:
 
 
 def main() -> int:
+    committed = Path("docs/benchmarks/warm_start_calibration.json")
     if sys.argv[1:] == ["--table"]:
-        print(table(Path("docs/benchmarks/warm_start_calibration.json")))
+        print(table(committed))
+        return 0
+    if sys.argv[1:] == ["--plot"]:  # redraw the PNG from the committed results
+        plot(json.loads(committed.read_text())["results"], committed.with_suffix(".png"))
         return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env", required=True)
