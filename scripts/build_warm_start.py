@@ -25,10 +25,17 @@ OUT = Path("runs/warm")
 
 
 def file_digest(path: Path) -> str:
+    """sha256 of a safetensors file's tensors (names, dtypes, shapes, bytes, in name order), not of the
+    file: its metadata's order is not part of the weights and has changed between versions."""
+    import torch
+    from safetensors import safe_open
+
     digest = hashlib.sha256()
-    with Path(path).open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 24), b""):
-            digest.update(block)
+    with safe_open(str(path), framework="pt") as handle:
+        for name in sorted(handle.keys()):
+            tensor = handle.get_tensor(name).contiguous()
+            digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
+            digest.update(tensor.view(-1).view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()
 
 
@@ -68,9 +75,9 @@ def main() -> int:
     print(json.dumps({"warm_start": str(run_dir), "checkpoint_sha256": rebuilt, "recorded": recorded,
                       "bit_identical": same}))
     if not same:
-        print(f"note: the weights differ from the calibration's ({result['cpu'].get('cpu')}, "
-              f"{result['cpu'].get('torch_threads', '?')} threads): another CPU kind rounds differently; the "
-              "cells record the digest they started from", file=sys.stderr)
+        print(f"note: the weights differ from the calibration's (made on {result['cpu'].get('cpu')}): another "
+              "CPU kind, thread count, dtype or version of the code rounds differently; the cells record the "
+              "digest they started from", file=sys.stderr)
     return 0
 
 

@@ -217,15 +217,20 @@ def write_model_folder(run: SFTRun) -> Path:
 
 
 def weights_digest(model_dir: Path) -> str:
-    """sha256 of the written weights: a rebuilt warm start is the same model iff this matches (the same
-    commands on the same kind of CPU, thread count and dtype; other CPUs round differently)."""
+    """sha256 of the written weights' tensors (names, dtypes, shapes, bytes, in name order; not the files,
+    whose metadata order is not part of the weights): a rebuilt warm start is the same model iff this
+    matches (the same commands and code on the same kind of CPU, thread count and dtype)."""
     import hashlib
+
+    from safetensors import safe_open
 
     digest = hashlib.sha256()
     for path in sorted(Path(model_dir).glob("*.safetensors")):
-        with path.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 24), b""):
-                digest.update(block)
+        with safe_open(str(path), framework="pt") as handle:
+            for name in sorted(handle.keys()):
+                tensor = handle.get_tensor(name).contiguous()
+                digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
+                digest.update(tensor.view(-1).view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()
 
 
