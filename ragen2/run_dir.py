@@ -350,6 +350,17 @@ def read_summary(run_dir: Path) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+def warm_start_of(model_name: str) -> dict | None:
+    """What a run started from when `model.name` is a `ragen2 sft` run directory: its path, the digest of
+    its weights and of its demos (from its summary.json), so a cell says which warm start it used."""
+    folder = Path(str(model_name)).expanduser()
+    summary = read_summary(folder) if (folder / SUMMARY_FILE).is_file() else None
+    if not summary or summary.get("kind") != "sft":
+        return None
+    return {"warm_start": str(folder), "model_sha256": summary.get("model_sha256"),
+            "demos_sha256": summary.get("demos_sha256"), "sft_steps": summary.get("steps")}
+
+
 def has_run(run_dir: Path) -> bool:
     """True when the folder already holds a run's metrics (a new run must not write over them)."""
     path = Path(run_dir) / METRICS_FILE

@@ -163,6 +163,11 @@ def test_sft_end_to_end_writes_a_model_that_train_takes_and_resumes(tmp_path, ti
     run_dir = tmp_path / "sft"
     assert (run_dir / "model" / "config.json").is_file() and (run_dir / "summary.json").is_file()
     assert check_model_source(run_dir) == "local" and resolve_model_source(run_dir) == str(run_dir / "model")
+    from ragen2.run_dir import warm_start_of
+
+    started_from = warm_start_of(str(run_dir))  # what a run with --model RUN records as its start
+    assert len(started_from["model_sha256"]) == 64 and len(started_from["demos_sha256"]) == 64
+    assert warm_start_of(str(tiny_model_dir)) is None
     # --resume with more steps continues from step 2 (rows of steps 3-4 are the epoch order's next)
     assert main(["sft", "--resume", str(run_dir), "--quiet", "sft.steps=4"]) == 0
     steps = read_steps(run_dir)

@@ -39,7 +39,7 @@ from ragen2.progress import LiveLine
 # the concrete modules, not the packages' lazy re-exports: static tools then see the step's stages
 from ragen2.rollout.agent_loop import evaluate
 from ragen2.rollout.batch import RolloutBatch, adjusted_rows, ragen_size_divisor
-from ragen2.run_dir import (DirectoryGuard, RunDirectoryGone, RunLog, checkpoint_name, read_steps,
+from ragen2.run_dir import (warm_start_of, DirectoryGuard, RunDirectoryGone, RunLog, checkpoint_name, read_steps,
                             write_config, write_summary)
 from ragen2.run_dir import summary as run_summary
 from ragen2.seeding import validation_sampling_seed, validation_seeds
@@ -259,6 +259,9 @@ def setup(cfg: Config, run_dir: Path, resume: bool = False, quiet: bool = False,
     for choice in choices:
         log.event("precision", message=choice.describe(), dtype=choice.dtype)
     log.event("heap", message=heap.state())
+    warm_start = warm_start_of(cfg.model.name)
+    if warm_start is not None:  # which warm start this run began from (bench cells are compared on it)
+        log.event("warm_start", message=f"starts from {warm_start['warm_start']}", **warm_start)
     if segment_note:
         log.event("probe_segment", message=segment_note, segment=cfg.probe.segment)
     if latest is not None:
