@@ -23,6 +23,7 @@ from pathlib import Path
 
 import yaml
 
+from ragen2 import metric_names as names
 from ragen2.bench.stats import paired_comparison
 
 BASELINE = "none"
@@ -52,14 +53,14 @@ def main(argv=None) -> int:
         limit = float(config["optim"]["grad_clip"])
         limits.add(limit)
         rows = cell_rows(cell)
-        grad = [r["actor/grad_norm"] for r in rows if r.get("actor/grad_norm") is not None]
+        grad = [r[names.ACTOR_GRAD_NORM] for r in rows if r.get(names.ACTOR_GRAD_NORM) is not None]
         counts = clip.setdefault(arm, [0, 0])
         counts[0] += sum(g > limit for g in grad)
         counts[1] += len(grad)
         norms.setdefault(arm, []).extend(grad)
         t = tokens.setdefault(arm, [0.0, 0.0])
-        t[0] += sum(r["rollout/num_tokens"] for r in rows)
-        t[1] += sum(r["rollout/response_tokens_mean"] * r["rollout/num_trajectories"] for r in rows)
+        t[0] += sum(r[names.ROLLOUT_NUM_TOKENS] for r in rows)
+        t[1] += sum(r[names.ROLLOUT_RESPONSE_TOKENS_MEAN] * r[names.ROLLOUT_NUM_TRAJECTORIES] for r in rows)
         bench_cell = json.loads((cell / "bench_cell.json").read_text())
         code.setdefault(seed, {})[arm] = {"commit": bench_cell["code"]["commit"][:7],
                                           "tracked_files_changed": bench_cell["code"].get("tracked_files_changed"),

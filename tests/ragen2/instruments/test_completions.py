@@ -13,6 +13,7 @@ import yaml
 
 import envs
 from ragen2.instruments import completions as comp
+from ragen2.seeding import step_seeds
 from ragen2.engines.local import trainer as trainer_lib
 from ragen2.cli import main
 from ragen2.config import build_config
@@ -35,13 +36,15 @@ def _deterministic(rows):
 @pytest.fixture
 def captured_batches(monkeypatch):
     """The pre-filter RolloutBatch of every training step, in order."""
-    batches, real = [], trainer_lib.rollout
+    from ragen2.engines.local import dynamic_sampling  # where a step's rollouts are sampled
+
+    batches, real = [], dynamic_sampling.rollout
 
     def recording(*args, **kwargs):
         batches.append(real(*args, **kwargs))
         return batches[-1]
 
-    monkeypatch.setattr(trainer_lib, "rollout", recording)
+    monkeypatch.setattr(dynamic_sampling, "rollout", recording)
     return batches
 
 
@@ -101,7 +104,7 @@ def test_training_records_the_configured_count_with_the_batchs_rewards(tiny_mode
             assert [t["response"] for t in r["turns"]] == traj.response_texts
             assert [t["parse"]["format_ok"] for t in r["turns"]] == traj.format_ok
         assert mine[0]["reward"] == max(rewards.values()) and mine[-1]["reward"] == min(rewards.values())
-        seeds = trainer_lib.step_seeds(cfg, step)  # the env instances of the step
+        seeds = step_seeds(cfg, step)  # the env instances of the step
         assert [r["seed"] for r in mine] == [seeds[r["group"]] for r in mine] == [
             batch.trajectories[r["group"] * 2 + r["member"]].seed for r in mine]
     # each step line is followed by its three trajectories
