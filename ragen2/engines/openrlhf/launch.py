@@ -69,8 +69,9 @@ def write_files(plan: LaunchPlan) -> None:
         path.write_text(text)
 
 
-def resolved_command(plan: LaunchPlan, environ=os.environ) -> list[str]:
+def resolved_command(plan: LaunchPlan, environ=None) -> list[str]:
     """The command with the wandb key taken from the environment (it is never written or printed)."""
+    environ = os.environ if environ is None else environ  # as at call time (see runtime_env_vars)
     if WANDB_KEY_PLACEHOLDER not in plan.command:
         return list(plan.command)
     key = environ.get("WANDB_API_KEY")
@@ -113,11 +114,14 @@ def split_argv(argv: list[str]) -> tuple[Path, list[str]]:
     return Path(argv[1]), list(argv[2:])
 
 
-def runtime_env_vars(environ=os.environ) -> dict[str, str]:
+def runtime_env_vars(environ=None) -> dict[str, str]:
     """The env vars the launched process's ray.init adds: the defaults (where the environment does not
     set them) and the settings, minus those a submitted job's runtime env sets already: Ray refuses to
     merge a variable set in both ("Failed to merge the Job's runtime env"), and the job's value is
     already this process's (Ray sets it in the driver and every worker)."""
+    # read os.environ when called, not when defined: a library that rebinds os.environ (seen after
+    # OpenRLHF's SFT modules were imported in the same process) would leave a default argument stale
+    environ = os.environ if environ is None else environ
     job_env = json.loads(environ.get(RAY_JOB_CONFIG_ENV) or "{}").get("runtime_env") or {}
     job_vars = job_env.get("env_vars") or {}
     settings = environ[SETTINGS_ENV]
