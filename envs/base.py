@@ -160,14 +160,13 @@ class TextEnv(abc.ABC):
         return vocabulary[int(rng.integers(len(vocabulary)))]
 
     def expert_turn(self, turns_left: int | None = None):
-        """The turn an expert plays from the current state: an `envs.experts.ExpertTurn(actions,
-        grounded)`. The built-in envs' experts live in envs/experts.py; an env of your own gets one
-        by overriding this method (read only what the observations have shown, so the demos teach
-        something the policy can see), and then `ragen2 demos` renders it (docs/custom_env.md).
-        `turns_left`: the turns the rollout still allows, None for no limit; NoExpertError if none."""
-        from envs.experts import expert_turn  # imported here: the experts import every env's solver
-
-        return expert_turn(self, turns_left=turns_left)
+        """An env of your own overrides this to give `ragen2 demos` an expert: return an
+        `envs.experts.ExpertTurn(actions, grounded)` for the current state (read only what the
+        observations have shown, so the demos teach something the policy can see; docs/custom_env.md).
+        `turns_left`: the turns the rollout still allows, None for no limit. This default returns None,
+        "no expert of its own": `envs.experts.expert_turn(env)` then uses the built-in envs' table.
+        (It does not call that table itself: the experts import every env, and this module sits below.)"""
+        return None
 
     # --- the shared protocol ----------------------------------------------------------
 
