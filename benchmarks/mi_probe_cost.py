@@ -117,7 +117,7 @@ def main() -> int:
         ids, attn, mask = batch.input_ids, batch.attention_mask, batch.response_mask
         micro = cfg.optim.micro_batch_size
         _, old_log_prob_s = timed(learner.batched, lambda i, a, m: learner.policy_log_probs(
-            policy, i, a, m, cfg.rollout.temperature)[0], micro, ids, attn, mask)
+            policy, learner.TokenRows(i, a, m), cfg.rollout.temperature)[0], micro, ids, attn, mask)
 
         # 2. batched vs naive cross-scoring on the same pairs
         prompts, reasonings, owners = probe.pairs(batch, 0)

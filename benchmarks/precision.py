@@ -35,7 +35,7 @@ def time_update(model, rows: int, length: int) -> float:
     ids = torch.randint(100, model.config.vocab_size, (rows, length), generator=torch.Generator().manual_seed(0))
     mask = torch.ones_like(ids)
     started = time.perf_counter()
-    log_probs, _ = learner.policy_log_probs(model, ids, mask, mask)
+    log_probs, _ = learner.policy_log_probs(model, learner.TokenRows(ids, mask, mask))
     (-log_probs.sum() / mask.sum()).backward()
     model.zero_grad(set_to_none=True)
     return time.perf_counter() - started
@@ -55,7 +55,7 @@ def mismatch(update_model, prompts, results) -> dict:
         ids = torch.tensor([list(prompt) + result.token_ids])
         response = torch.zeros_like(ids)
         response[:, len(prompt):] = 1
-        forced, _ = learner.policy_log_probs(update_model, ids, torch.ones_like(ids), response)
+        forced, _ = learner.policy_log_probs(update_model, learner.TokenRows(ids, torch.ones_like(ids), response))
         gaps.append((forced[0, len(prompt):] - torch.tensor(result.logprobs)).abs())
     gap = torch.cat(gaps)
     return {"mean": float(gap.mean()), "max": float(gap.max()), "tokens": int(gap.numel())}

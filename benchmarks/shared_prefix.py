@@ -249,12 +249,14 @@ def phase_comparison(cfg, models, optimizers, batch, repeats: int, on_policy: bo
     }
 
 
-def log_probs_pass_as_before(model, ids, attn, mask, temperature, micro_batch_size, shared_prefix, attention=0.0):
+def log_probs_pass_as_before(model, tokens, cfg, attention=0.0):
     """The old/reference pass before one autocast context spanned it: a context (and a cast of
     every weight) per micro-batch, inside policy_log_probs."""
-    return learner.batched(lambda i, a, m: learner.policy_log_probs(model, i, a, m, temperature,
-                                                                    shared_prefix=shared_prefix)[0],
-                           micro_batch_size, ids, attn, mask, pack=shared_prefix, attention=attention)
+    shared = cfg.optim.shared_prefix
+    return learner.batched(lambda i, a, m: learner.policy_log_probs(model, learner.TokenRows(i, a, m),
+                                                                    cfg.rollout.temperature, shared_prefix=shared)[0],
+                           cfg.optim.micro_batch_size, tokens.input_ids, tokens.attention_mask, tokens.response_mask,
+                           pack=shared, attention=attention)
 
 
 @contextlib.contextmanager

@@ -62,7 +62,7 @@ def group_norms(policy, ids: torch.Tensor, reply_tokens: int, rewards: list[floa
     token_rewards[:, -1] = torch.tensor(rewards, dtype=dtype)
     adv = dr_grpo_advantages(token_rewards, mask, torch.zeros(len(rewards), dtype=torch.long))
     with torch.no_grad():
-        old, _ = learner.policy_log_probs(policy, rows, attn, mask)
+        old, _ = learner.policy_log_probs(policy, learner.TokenRows(rows, attn, mask))
     norms = []
     for advantages in (adv, adv.abs()):
         data = learner.UpdateInputs(rows, attn, mask, old.detach(), advantages.contiguous())

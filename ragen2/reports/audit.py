@@ -101,8 +101,8 @@ def policy_entropy(policy, batch, temperature: float, micro_batch_size: int = 4)
         for start in range(0, len(batch), micro_batch_size):
             rows = slice(start, start + micro_batch_size)
             mask = batch.response_mask[rows]
-            _, entropy = learner.policy_log_probs(policy, batch.input_ids[rows], batch.attention_mask[rows], mask,
-                                                temperature, with_entropy=True)
+            tokens = learner.TokenRows(batch.input_ids[rows], batch.attention_mask[rows], mask)
+            _, entropy = learner.policy_log_probs(policy, tokens, temperature, with_entropy=True)
             total += float((entropy * mask).sum())
             count += int(mask.sum())
     return total / count if count else float("nan")

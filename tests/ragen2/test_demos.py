@@ -214,8 +214,7 @@ def test_sft_trains_the_nll_through_the_actor_loss_builder(single_thread):
     rows = demo_rows(demos, tokenizer, cfg)
     policy = tiny_llama(tokenizer, seed=1)
     policy.train()
-    log_probs, _ = learner.policy_log_probs(policy, rows.input_ids, rows.attention_mask, rows.response_mask,
-                                            shared_prefix=cfg.optim.shared_prefix)
+    log_probs, _ = learner.policy_log_probs(policy, rows, shared_prefix=cfg.optim.shared_prefix)
     nll = losses.sft_loss(log_probs, rows.response_mask)
     nll.backward()
     expected = [p.grad.detach().clone() for p in policy.parameters()]

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from ragen2 import precision
-from ragen2.config import load_config
+from ragen2.config import Config, load_config
 from tests import tiny
 from ragen2.engines.local import learner
 from ragen2.rollout import generate
@@ -102,15 +102,15 @@ def test_bf16_policy_keeps_fp32_weights_logprobs_values_and_optimizer_state(tok)
     mask = torch.ones_like(ids)
     response = torch.zeros_like(ids)
     response[:, 5:] = 1
-    lp32, _ = learner.policy_log_probs(policy, ids, mask, response)
-    lp16, entropy = learner.policy_log_probs(policy_bf16, ids, mask, response, with_entropy=True)
+    lp32, _ = learner.policy_log_probs(policy, learner.TokenRows(ids, mask, response))
+    lp16, entropy = learner.policy_log_probs(policy_bf16, learner.TokenRows(ids, mask, response), with_entropy=True)
     assert lp16.dtype == torch.float32 and entropy.dtype == torch.float32
     sampled = response[:, 1:].bool()
     gap = (lp16 - lp32)[:, 1:][sampled].detach().abs()
     # bf16 matmuls change log-probs by rounding, not more: > 0 (it really ran bf16), small
     assert 0 < float(gap.max()) < 0.05
     # the same bf16 forward twice is bit-identical: the first PPO ratio is exactly 1
-    again, _ = learner.policy_log_probs(policy_bf16, ids, mask, response)
+    again, _ = learner.policy_log_probs(policy_bf16, learner.TokenRows(ids, mask, response))
     assert torch.equal(again, lp16)
 
     critic = precision.set_compute_dtype(tiny.build_tiny_value_model(config=policy.config), torch.bfloat16)
@@ -138,7 +138,7 @@ def test_bf16_sampling_logprobs_match_the_bf16_teacher_forced_ones(tok):
         ids = torch.tensor([prompt + result.token_ids])
         response = torch.zeros_like(ids)
         response[:, len(prompt):] = 1
-        forced, _ = learner.policy_log_probs(policy_bf16, ids, torch.ones_like(ids), response)
+        forced, _ = learner.policy_log_probs(policy_bf16, learner.TokenRows(ids, torch.ones_like(ids), response))
         gap = (forced[0, len(prompt):] - torch.tensor(result.logprobs)).abs()
         assert float(gap.max()) < 0.05
 
@@ -177,8 +177,10 @@ def test_a_no_grad_pass_casts_each_weight_once_not_once_per_micro_batch(tok):
     attn, mask = torch.ones_like(ids), torch.zeros_like(ids)
     mask[:, 12:] = 1
     with torch.no_grad(), CountWeightCasts() as one_pass:
-        pass_log_probs = learner.log_probs_pass(policy, ids, attn, mask, 1.0, 2, shared_prefix=False)
+        cfg = Config(rollout={"temperature": 1.0}, optim={"micro_batch_size": 2, "shared_prefix": False})
+        pass_log_probs = learner.log_probs_pass(policy, learner.TokenRows(ids, attn, mask), cfg)
     with torch.no_grad(), CountWeightCasts() as per_micro_batch:  # 4 micro-batches, a context each
-        separate = learner.batched(lambda i, a, m: learner.policy_log_probs(policy, i, a, m)[0], 2, ids, attn, mask)
+        separate = learner.batched(lambda i, a, m: learner.policy_log_probs(policy, learner.TokenRows(i, a, m))[0],
+                                   2, ids, attn, mask)
     assert one_pass.casts > 0 and per_micro_batch.casts == 4 * one_pass.casts
     assert torch.equal(pass_log_probs, separate)

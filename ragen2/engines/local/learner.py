@@ -22,6 +22,7 @@ from ragen2.algos.estimators import compute_advantages
 from ragen2.config import Config
 from ragen2.engines.local import minibatch
 from ragen2.engines.local import shared_prefix as prefix_lib
+from ragen2.engines.local.shared_prefix import TokenRows  # what policy_log_probs reads: learner.TokenRows to callers
 
 
 @dataclass
@@ -61,16 +62,16 @@ def _trim(attention_mask: torch.Tensor) -> int:
     return int(lengths.max().item()) if lengths.numel() else 0
 
 
-def policy_log_probs(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                     response_mask: torch.Tensor, temperature: float = 1.0,
-                     with_entropy: bool = False, shared_prefix: bool = False
-                     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log-prob (and entropy) of every sampled token, 0 elsewhere; [B, T].
+def policy_log_probs(model: nn.Module, tokens: TokenRows, temperature: float = 1.0, with_entropy: bool = False,
+                     shared_prefix: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-prob (and entropy) of every sampled token, 0 elsewhere; [B, T]. `tokens`: the rows'
+    input_ids, attention_mask and response_mask (a TokenRows, a rollout batch, the update's inputs).
 
     The LM head runs only on the hidden states that predict sampled tokens: on a multi-turn
     row most positions are prompt or env text, and the vocabulary projection dominates.
     `shared_prefix`: rows sharing a prompt encode it once (engines/local/shared_prefix).
     """
+    input_ids, attention_mask, response_mask = tokens.input_ids, tokens.attention_mask, tokens.response_mask
     batch, seq_len = input_ids.shape
     width = _trim(attention_mask)
     log_probs = torch.zeros(batch, seq_len, dtype=torch.float32, device=input_ids.device)
@@ -204,7 +205,7 @@ def update_inputs(models: Models, batch, cfg: Config, old_log_probs: bool = True
     `timer(phase)` is a context that times each phase (old_log_probs, ref_log_probs, values,
     advantages). The no-grad passes encode each group's prompt once when optim.shared_prefix."""
     phase = timer or (lambda name: contextlib.nullcontext())
-    micro, temperature, shared = cfg.optim.micro_batch_size, cfg.rollout.temperature, cfg.optim.shared_prefix
+    micro, shared = cfg.optim.micro_batch_size, cfg.optim.shared_prefix
     batch = batch.to(models.device)
     ids, attn, mask = batch.input_ids, batch.attention_mask, batch.response_mask
     attention = prefix_lib.attention_cost(models.policy)  # the critic and reference share its shape
@@ -212,10 +213,10 @@ def update_inputs(models: Models, batch, cfg: Config, old_log_probs: bool = True
     old = ref = values = None
     if old_log_probs:
         with phase(names.PHASE_OLD_LOG_PROBS):
-            old = log_probs_pass(models.policy, ids, attn, mask, temperature, micro, shared, attention)
+            old = log_probs_pass(models.policy, batch, cfg, attention)
     if models.reference is not None:
         with phase(names.PHASE_REF_LOG_PROBS):
-            ref = log_probs_pass(models.reference, ids, attn, mask, temperature, micro, shared, attention)
+            ref = log_probs_pass(models.reference, batch, cfg, attention)
     if models.critic is not None:
         with phase(names.PHASE_VALUES), precision.autocast(models.critic):  # one context: see log_probs_pass
             values = batched(lambda i, a: critic_values(models.critic, i, a, shared_prefix=shared),
@@ -225,18 +226,19 @@ def update_inputs(models: Models, batch, cfg: Config, old_log_probs: bool = True
     return UpdateInputs(ids, attn, mask, old, advantages, ref, values, returns)
 
 
-def log_probs_pass(model: nn.Module, ids: torch.Tensor, attn: torch.Tensor, mask: torch.Tensor,
-                   temperature: float, micro_batch_size: int, shared_prefix: bool, attention: float = 0.0
-                   ) -> torch.Tensor:
-    """Log-probs of a batch's sampled tokens in micro-batches (the old and reference passes).
+def log_probs_pass(model: nn.Module, tokens: TokenRows, cfg: Config, attention: float = 0.0) -> torch.Tensor:
+    """Log-probs of a batch's sampled tokens in micro-batches (the old and reference passes), at
+    rollout.temperature, optim.micro_batch_size rows (packed by prefix with optim.shared_prefix).
 
     One autocast context spans the micro-batches: autocast keeps each weight's low-precision copy
     until its outermost context exits, so the weights are cast once per pass, not once per
     micro-batch (a cast of every weight is a pass over all of them in memory). The copies are the
     same, so are the log-probs."""
+    temperature, shared = cfg.rollout.temperature, cfg.optim.shared_prefix
     with precision.autocast(model):
-        return batched(lambda i, a, m: policy_log_probs(model, i, a, m, temperature, shared_prefix=shared_prefix)[0],
-                       micro_batch_size, ids, attn, mask, pack=shared_prefix, attention=attention)
+        return batched(lambda i, a, m: policy_log_probs(model, TokenRows(i, a, m), temperature, shared_prefix=shared)[0],
+                       cfg.optim.micro_batch_size, tokens.input_ids, tokens.attention_mask, tokens.response_mask,
+                       pack=shared, attention=attention)
 
 
 def reuses_current_log_probs(optim, rows: int) -> bool:
@@ -327,8 +329,7 @@ def actor_loss(policy: nn.Module, batch: ActorBatch, settings: ActorLossSettings
     """The one builder of the actor's loss terms: the PPO update, the gradient decomposition and
     the supervised warm start all take their loss from here. `totals`: the mini-batch's
     total_tokens / total_sequences (losses.aggregate_token_loss), or {} for the micro-batch's own."""
-    log_probs, entropy = policy_log_probs(policy, batch.input_ids, batch.attention_mask, batch.response_mask,
-                                          settings.temperature, with_entropy=settings.with_entropy,
+    log_probs, entropy = policy_log_probs(policy, batch, settings.temperature, with_entropy=settings.with_entropy,
                                           shared_prefix=settings.shared_prefix)
     old = batch.old_log_probs if batch.old_log_probs is not None else log_probs.detach()
     ref = batch.ref_log_probs if settings.kl_as_loss else None

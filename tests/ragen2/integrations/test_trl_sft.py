@@ -101,7 +101,7 @@ def test_one_sft_trainer_step_trains_on_assistant_tokens_only(trl, tmp_path):
     rows = _rollout_rows(demos, trainer.processing_class)
     mask = rows.response_mask
     with torch.no_grad():  # ragen2's SFT loss (losses.sft_loss) on the rollout's rows, before the step
-        log_probs, _ = learner.policy_log_probs(model, rows.input_ids, rows.attention_mask, mask)
+        log_probs, _ = learner.policy_log_probs(model, learner.TokenRows(rows.input_ids, rows.attention_mask, mask))
         ours = float(losses.sft_loss(log_probs, mask, total_tokens=int(mask.sum())))
         every_token = rows.input_ids.masked_fill(rows.attention_mask == 0, -100)
         everything = float(model(input_ids=rows.input_ids, attention_mask=rows.attention_mask, labels=every_token).loss)

@@ -31,7 +31,7 @@ def _batch(vocab, seed=0):
 def test_log_probs_match_the_full_vocabulary_computation(tok):
     model = tiny_llama(tok, seed=1)
     ids, attn, mask = _batch(len(tok))
-    ours, entropy = learner.policy_log_probs(model, ids, attn, mask, with_entropy=True)
+    ours, entropy = learner.policy_log_probs(model, learner.TokenRows(ids, attn, mask), with_entropy=True)
     with torch.no_grad():
         logp = torch.log_softmax(model(input_ids=ids, attention_mask=attn).logits.float(), -1)
     expected = torch.zeros_like(ours)
@@ -49,7 +49,7 @@ def _inputs(tok, micro, advantages=None):
     model = tiny_llama(tok, seed=2)
     models = learner.Models(model, tok, None, None, torch.device("cpu"))
     ids, attn, mask = _batch(len(tok), seed=3)
-    old, _ = learner.policy_log_probs(model, ids, attn, mask)
+    old, _ = learner.policy_log_probs(model, learner.TokenRows(ids, attn, mask))
     if advantages is None:
         advantages = torch.linspace(-1, 1, 12).expand(4, 12) * mask
     data = learner.UpdateInputs(ids, attn, mask, old.detach(), advantages)
@@ -93,7 +93,7 @@ def _actor_and_critic(tok):
     models = _policy_and_critic(tok)
     policy, critic = models.policy, models.critic
     ids, attn, mask = _batch(len(tok), seed=3)
-    old, _ = learner.policy_log_probs(policy, ids, attn, mask)
+    old, _ = learner.policy_log_probs(policy, learner.TokenRows(ids, attn, mask))
     old_values = learner.critic_values(critic, ids, attn).detach()
     advantages = torch.linspace(-1, 1, 12).expand(4, 12) * mask
     data = learner.UpdateInputs(ids, attn, mask, old.detach(), advantages, None, old_values, old_values + advantages)

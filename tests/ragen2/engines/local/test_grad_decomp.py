@@ -128,7 +128,7 @@ def _inputs(policy, with_ref: bool):
     response = ((torch.arange(WIDTH)[None] >= 4) & attn.bool()).float()
     response[3] = 0.0
     response[3, 5] = 1.0  # a one-token response
-    current, _ = learner.policy_log_probs(policy, ids, attn, response)
+    current, _ = learner.policy_log_probs(policy, learner.TokenRows(ids, attn, response))
     current = current.detach()
     noise = lambda: 0.3 * torch.randn(ROWS, WIDTH, generator=g) * response  # noqa: E731
     old = current + noise()  # ratios away from 1: some tokens clip

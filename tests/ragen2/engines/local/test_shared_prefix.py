@@ -118,8 +118,8 @@ def _policy_pass(model, fed: FedTokens, ids, attn, mask, shared: bool):
     """(log-probs, entropy, loss, gradients, tokens fed) of an actor-like loss."""
     model.zero_grad(set_to_none=True)
     before = fed.count
-    log_probs, entropy = learner.policy_log_probs(model, ids, attn, mask, temperature=0.7, with_entropy=True,
-                                                  shared_prefix=shared)
+    log_probs, entropy = learner.policy_log_probs(model, learner.TokenRows(ids, attn, mask), temperature=0.7,
+                                                  with_entropy=True, shared_prefix=shared)
     advantages = torch.linspace(-1, 1, ids.shape[1]).expand_as(mask) * mask
     loss = -(log_probs * advantages).sum() / mask.sum() - 0.01 * (entropy * mask).sum() / mask.sum()
     loss.backward()
@@ -199,7 +199,7 @@ def test_gradient_checkpointing_runs_the_plain_pass(tok, template):
     assert shared[4] == plain[4] and torch.equal(shared[0], plain[0])
     with torch.no_grad():  # without gradient the cache is kept: the no-grad passes still share
         start = fed.count
-        learner.policy_log_probs(model, ids, attn, mask, shared_prefix=True)
+        learner.policy_log_probs(model, learner.TokenRows(ids, attn, mask), shared_prefix=True)
         assert fed.count - start < plain[4]
 
 
@@ -257,8 +257,10 @@ def test_batched_packing_returns_rows_in_their_order(tok, template, monkeypatch)
     ids, attn, mask = group_batch(tok, template, groups=3, size=2)
     order = torch.tensor([0, 2, 4, 1, 3, 5])  # members of a group apart, as after a shuffle
     ids, attn, mask = ids[order], attn[order], mask[order]
-    plain = learner.batched(lambda i, a, m: learner.policy_log_probs(model, i, a, m)[0], 2, ids, attn, mask)
-    packed = learner.batched(lambda i, a, m: learner.policy_log_probs(model, i, a, m, shared_prefix=True)[0],
+    plain = learner.batched(lambda i, a, m: learner.policy_log_probs(model, learner.TokenRows(i, a, m))[0],
+                            2, ids, attn, mask)
+    packed = learner.batched(lambda i, a, m: learner.policy_log_probs(model, learner.TokenRows(i, a, m),
+                                                                      shared_prefix=True)[0],
                              2, ids, attn, mask, pack=True)
     close(packed, plain, "packed log-probs")
 
@@ -270,8 +272,8 @@ def test_bf16_autocast_stays_within_bf16_rounding(tok, template):
 
     precision.set_compute_dtype(model, "bfloat16")
     ids, attn, mask = group_batch(tok, template, turns=2)
-    plain = learner.policy_log_probs(model, ids, attn, mask)[0]
-    shared = learner.policy_log_probs(model, ids, attn, mask, shared_prefix=True)[0]
+    plain = learner.policy_log_probs(model, learner.TokenRows(ids, attn, mask))[0]
+    shared = learner.policy_log_probs(model, learner.TokenRows(ids, attn, mask), shared_prefix=True)[0]
     close(shared, plain, "bf16 log-probs", rel=2e-2)
 
 
@@ -287,7 +289,7 @@ def test_ppo_update_equals_the_plain_update(tok, template, extra):
         policy, critic = tiny_llama(tok, seed=8).train(), _critic(tok, lora=False)
         models = learner.Models(policy, tok, critic, None, torch.device("cpu"))
         on_policy = learner.reuses_current_log_probs(cfg.optim, ids.shape[0])
-        old = None if on_policy else learner.policy_log_probs(policy, ids, attn, mask)[0].detach()
+        old = None if on_policy else learner.policy_log_probs(policy, learner.TokenRows(ids, attn, mask))[0].detach()
         old_values = learner.critic_values(critic, ids, attn).detach()
         advantages = torch.linspace(-1, 1, ids.shape[1]).expand_as(mask) * mask
         data = learner.UpdateInputs(ids, attn, mask, old, advantages, None, old_values, old_values + advantages)
@@ -342,7 +344,7 @@ def test_logged_losses_do_not_depend_on_the_micro_batch_size(tok):
     for key in ("actor/pg_loss", "actor/entropy"):
         assert logged[0][key] == pytest.approx(logged[1][key], rel=1e-5), key
     with torch.no_grad():
-        _, entropy = learner.policy_log_probs(policy, ids, attn, mask, with_entropy=True)
+        _, entropy = learner.policy_log_probs(policy, learner.TokenRows(ids, attn, mask), with_entropy=True)
     per_row = (entropy * mask).sum(1) / mask.sum(1)  # the grpo preset's seq-mean-token-mean
     assert logged[1]["actor/entropy"] == pytest.approx(float(per_row.mean()), rel=1e-5)
 
