@@ -31,7 +31,6 @@ mode is restored afterwards.
 from __future__ import annotations
 
 import copy
-import inspect
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -42,6 +41,7 @@ import numpy as np
 import torch
 
 from .estimators import prompt_identities
+from .kv_cache import cache_argument
 
 __all__ = ["CrossScores", "cross_score", "cross_score_naive", "sample_trajectory_turns"]
 
@@ -128,21 +128,6 @@ def _scoring_mode(model: Any) -> Iterator[None]:
     finally:
         for module, was_training in modes:
             module.training = was_training
-
-
-def _cache_kwarg(model: Any) -> str:
-    """Name of the forward argument that takes a KV cache.
-
-    HF transformers renamed ``past_key_values`` to ``cache`` (5.x, old name deprecated);
-    older versions and OpenRLHF-style wrappers only know ``past_key_values``.
-    """
-    try:
-        params = inspect.signature(model.forward if hasattr(model, "forward") else model).parameters
-    except (TypeError, ValueError):
-        return "past_key_values"
-    if "past_key_values" not in params and "cache" in params:
-        return "cache"
-    return "past_key_values"
 
 
 def _returned_cache(out: Any) -> Any:
@@ -281,7 +266,7 @@ class _Scorer:
         head = get_head() if split and callable(get_head) else None
         self.split = body is not None and head is not None and body is not model
         self.model, self.body, self.head = model, body, head
-        self.cache_kwarg = _cache_kwarg(body if self.split else model)
+        self.cache_kwarg = cache_argument(body if self.split else model)
 
     def encode(self, ids: torch.Tensor, attention: torch.Tensor, cache: Any = None,
                positions: torch.Tensor | None = None) -> tuple[torch.Tensor, Any]:
