@@ -49,6 +49,7 @@ VAL_NUM_GROUPS = "val/num_groups"  # validation groups (initial states)
 VAL_PASS_AT = VAL + "pass@"  # + G: share of validation groups with at least one success
 VAL_SPREAD_SHARE = "val/spread_share"  # share of validation groups whose episode rewards are not all equal
 VAL_VALID_ACTION_SHARE = "val/valid_action_share"  # share of validation turns with no format penalty (every action valid)
+VAL_DEGENERATE_FRACTION = "val/degenerate_fraction"  # share of validation replies that are degenerate (as rollout/)
 
 
 def val_pass_at(group_size: int) -> str:

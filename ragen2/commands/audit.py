@@ -137,8 +137,10 @@ def _model_audit(args) -> int:
     label, explanation = audit.verdict(numbers)
     numbers.update(verdict=label, explanation=explanation)
     print(f"verdict: {label}\n  {explanation}")
+    degenerate = numbers.get("degenerate_fraction")  # every audit_model counts them; a caller's numbers may not
     print(f"  success {numbers['success_rate']:.3f} | format ok {numbers['format_ok_fraction']:.3f} | "
-          f"turns with reasoning {numbers['think_span_fraction']:.3f}")
+          f"turns with reasoning {numbers['think_span_fraction']:.3f}"
+          + ("" if degenerate is None else f" | degenerate replies {degenerate:.3f}"))
     if args.compare_base:
         if spec.weights is None:
             print("  --compare-base: not a checkpoint, so there is no base model to compare with")

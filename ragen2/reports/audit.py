@@ -12,8 +12,9 @@ The verdict reads two things: does the reasoning identify its own prompt better 
 chance (retrieval accuracy@1 against 1/N, as a z-score over the rows), and is the
 reasoning still varied (policy token entropy). Varied reasoning that does not identify
 its input is template collapse, but only with enough rows from a model that mostly writes
-the format; otherwise the verdict is "inconclusive" and says what to change. The exact
-rules are in `audit_verdict.py`. `--compare-base` audits a checkpoint's base model on the
+the format; otherwise the verdict is "inconclusive" and says what to change. It also counts
+the degenerate replies (mi_probe.degeneration) and leads with them where they are many. The
+exact rules are in `audit_verdict.py`. `--compare-base` audits a checkpoint's base model on the
 same instances and prints the differences.
 """
 
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from mi_probe.degeneration import judge_reply
 from ragen2 import metric_names as names
 from ragen2 import models as model_lib
 from ragen2.reports.audit_verdict import (AuditSettings, compare_with_base, model_verdict, retrieval_zscore,  # noqa: F401
@@ -131,7 +133,19 @@ def audit_model(policy, tokenizer, env_factory, settings: AuditSettings) -> dict
                    think_span_fraction=rollout_metrics[names.ROLLOUT_THINK_SPAN_FRACTION],
                    format_ok_fraction=rollout_metrics[names.ROLLOUT_FORMAT_OK_FRACTION],
                    num_trajectories=rollout_metrics[names.ROLLOUT_NUM_TRAJECTORIES])
+    numbers.update(degeneration(batch))
     return numbers
+
+
+def degeneration(batch, example_chars: int = 40) -> dict:
+    """The rollout's degenerate replies (every turn's, judged as the training rollout's
+    rollout/degenerate_fraction judges them): their share, the counts behind it, and the start of
+    the first one, so that the verdict shows what the repetition looks like."""
+    replies = [pair for t in batch.trajectories for pair in zip(t.response_texts, t.finish_reasons)]
+    degenerate = [text for text, reason in replies if judge_reply(text, reason).degenerate]
+    return {"degenerate_fraction": len(degenerate) / len(replies) if replies else 0.0,
+            "num_replies": len(replies), "degenerate_replies": len(degenerate),
+            "degenerate_example": degenerate[0][:example_chars] if degenerate else None}
 
 
 def verdict(numbers: dict) -> tuple[str, str]:

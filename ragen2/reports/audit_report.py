@@ -2,7 +2,8 @@
 JSON summary, built from a run's metrics.jsonl, events.jsonl and config.yaml.
 
 What it shows: the collapse proxies over steps (MI-ZScore-EMA, retrieval accuracy, MI,
-entropy, in-group reward std, success) with the collapse alerts marked; the Spearman rank
+entropy, in-group reward std, success, the share of degenerate replies) with the collapse and
+degeneration alerts marked; the Spearman rank
 correlation of each proxy with the success rate over the steps where both were logged
 (RAGEN-2 compares proxies this way); and the gradient decomposition by reward-std bucket.
 
@@ -62,8 +63,10 @@ PANELS = (
     ("entropy (nats/token)", (names.ACTOR_ENTROPY, names.PROBE_CONDITIONAL_ENTROPY_EST)),
     ("in-group reward std", (names.ROLLOUT_IN_GROUP_REWARD_STD_MEAN,)),
     ("success rate", (SUCCESS_KEY, names.VAL_SUCCESS_RATE)),
+    ("degenerate replies (share)", (names.ROLLOUT_DEGENERATE_FRACTION, names.VAL_DEGENERATE_FRACTION)),
 )
-ALERT_COLOURS = {"template_collapse": "tab:red", "reward_std_cliff": "tab:orange", "grad_norm_spike": "tab:purple"}
+ALERT_COLOURS = {"template_collapse": "tab:red", "reward_std_cliff": "tab:orange", "grad_norm_spike": "tab:purple",
+                 "degeneration": "tab:brown"}
 GRAD_KEY = re.compile(rf"^{re.escape(names.GRAD)}/(bucket_\d+|all)/(.+)$")
 # what each bar shows: the task norm beside the regularisers' norms times their coefficients
 # (what each term adds to the update, as RAGEN-2 logs them); the unscaled ones go in the table
@@ -426,7 +429,8 @@ def render_html(summary: dict, images: dict[str, bytes]) -> str:
     parts.append("<h2>Alerts</h2>")
     parts.append(_table(["step", "kind", "source", "message"],
                         [[a["step"] + 1, a["kind"], a["source"], html.escape(a["message"])] for a in alerts])
-                 if alerts else "<p>No alert: no template collapse, reward-std cliff or gradient-norm spike.</p>")
+                 if alerts else "<p>No alert: no template collapse, reward-std cliff, gradient-norm spike or "
+                                "degeneration.</p>")
     logged = [e for e in summary["spearman"] if e["note"] != "not logged"]  # a row of dashes says nothing
     absent = []  # what this run did not record, named once at the end instead of as empty panels
     if logged:

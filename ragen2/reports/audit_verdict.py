@@ -20,6 +20,12 @@ What to change depends on what was run (`Setting`: env, think mode, turns, model
 Sokoban in any setting tried (docs/evidence.md), so its advice is answer-only mode, whole replies
 or a supervised warm start (docs/warm_start.md), never "more rollouts" or "think mode" again.
 
+Degenerate replies (mi_probe.degeneration: a character, token or short n-gram repeated over most
+of a reply, or a loop the token budget cut; RAGEN #52's "!!!!!!") are a finding of their own, not
+one of the probe's: both verdicts keep their label and state it with the numbers when the share
+reaches DEGENERATE_HIGH (a run: its own threshold, or its degeneration alarm fired); the model
+verdict's explanation begins with it, the run verdict's line follows its key numbers.
+
 Steps in every sentence here are 1-based (the console's "step 1/6"), i.e. metrics.jsonl's
 0-based `step` field + 1.
 """
@@ -39,6 +45,10 @@ MIN_PROMPTS = 4  # distinct prompts (chance level 1/N); with 2-3 a lucky guess i
 MIN_FORMAT_OK = 0.5  # share of well-formed turns needed before the reasoning is called blind
 MIN_PROBES = 3  # logged probes a run needs before its trend means anything
 NO_SPREAD = 1e-9  # in-group reward std at or below this: every rollout of a group scored the same
+# share of degenerate replies the verdicts call out: the collapse detector's default degenerate_share
+# (mi_probe.CollapseDetectorConfig; a run's own config.yaml value wins in the run verdict)
+DEGENERATE_HIGH = 0.25
+DEGENERATE_WHAT = "a character, token or short n-gram repeated over most of the reply, or a loop the token budget cut"
 
 FORMAT_ADVICE = ("use a model that follows the <think>…</think><answer>…</answer> format, train the format "
                  "first (a few steps: the format penalty teaches it), or audit a trained checkpoint")
@@ -123,7 +133,23 @@ def _get(numbers: dict, key: str, default=float("nan")) -> float:
 
 
 def model_verdict(numbers: dict) -> tuple[str, str]:
-    """(label, explanation) from `audit.audit_model`'s numbers. The rule, in order:
+    """(label, explanation) from `audit.audit_model`'s numbers: the probe's verdict (`probe_verdict`),
+    its explanation led by the share of degenerate replies where that is at least DEGENERATE_HIGH
+    (what the probe scored was then repetition, whatever the label says)."""
+    label, explanation = probe_verdict(numbers)
+    degenerate = _get(numbers, "degenerate_fraction")
+    if not degenerate >= DEGENERATE_HIGH:  # NaN (an audit that did not count them) says nothing
+        return label, explanation
+    replies = int(_get(numbers, "num_replies", 0))
+    count = f"{int(_get(numbers, 'degenerate_replies', 0))} of {replies} replies" if replies else "replies"
+    example = numbers.get("degenerate_example")
+    seen = f" (e.g. {example!r})" if isinstance(example, str) and example else ""
+    return label, (f"degenerate replies: {count} ({degenerate:.2f}, at or above {DEGENERATE_HIGH:.2f}) are "
+                   f"{DEGENERATE_WHAT}{seen}; the policy has degenerated (RAGEN #52). {explanation}")
+
+
+def probe_verdict(numbers: dict) -> tuple[str, str]:
+    """(label, explanation) from the probe's numbers alone. The rule, in order:
 
     1. fewer than MIN_ROWS reasoning rows or MIN_PROMPTS prompts: inconclusive (what to change);
     2. retrieval z >= RETRIEVAL_Z_CLEAR with MI > 0: input-dependent;
@@ -192,7 +218,7 @@ def compare_with_base(numbers: dict, base: dict) -> str:
     parts = []
     for label, key, digits in (("retrieval@1", "retrieval_accuracy@1", 3), ("MI", "mi_estimate", 4),
                                ("policy entropy", "policy_entropy", 3), ("format ok", "format_ok_fraction", 2),
-                               ("success", "success_rate", 3)):
+                               ("success", "success_rate", 3), ("degenerate", "degenerate_fraction", 2)):
         now, before = _get(numbers, key), _get(base, key)
         if math.isfinite(now) and math.isfinite(before):
             parts.append(f"{label} {before:.{digits}f} -> {now:.{digits}f} ({now - before:+.{digits}f})")
@@ -214,7 +240,8 @@ def run_verdict(summary: dict) -> tuple[str, list[str]]:
     * fewer than MIN_PROBES probes: inconclusive;
     * a template-collapse alert: "template collapse" with its step;
     * else "no collapse detected", with the first and last MI-ZScore-EMA and retrieval vs chance.
-    The key numbers (format, reward spread, success, probes) come first either way.
+    The key numbers (format, reward spread, success, probes) come first either way, then, where the
+    share of degenerate replies reached the alarm's threshold or the alarm fired, a line on them.
     """
     series, stats = summary.get("series", {}), summary.get("run_stats", {})
     replies = (summary.get("config", {}).get("probe") or {}).get("segment") == "reply"
@@ -235,6 +262,8 @@ def run_verdict(summary: dict) -> tuple[str, list[str]]:
     probes, rows_max = int(stats.get("probes", 0)), stats.get("probe_rows_max")
     numbers.append(f"{probes} probe(s)" + (f" of {noun}, at most {int(rows_max)} rows each" if rows_max else ""))
     lines.append("; ".join(numbers))
+    if (degenerate := degeneration_line(summary)) is not None:
+        lines.append(degenerate)
     setting = Setting.of(summary.get("config") or {})
     kinds = []  # what each problem asks to change (conclusive_change)
     if (spread is not None and spread["max"] <= NO_SPREAD) or (stats.get("skipped_steps") and
@@ -269,6 +298,26 @@ def run_verdict(summary: dict) -> tuple[str, list[str]]:
         return "inconclusive", lines + [f"only {probes} probe(s) (a trend needs {MIN_PROBES}): run more steps with "
                                         "probe.every=1"] + trend + [conclusive_change(summary, ["probes"])]
     return "no collapse detected", lines + [", ".join(trend) or "probe series present, no collapse alert"]
+
+
+def degeneration_line(summary: dict) -> str | None:
+    """The run's degenerate replies (training and validation shares, the degeneration alerts' steps),
+    when a share reached the alarm's threshold (the run's probe.collapse.degenerate_share) or the
+    alarm fired; None otherwise, also for a run that predates the metric."""
+    series = summary.get("series", {})
+    collapse = ((summary.get("config") or {}).get("probe") or {}).get("collapse") or {}
+    threshold = _get(collapse, "degenerate_share", DEGENERATE_HIGH)
+    shares = [(label, entry) for label, key in (("training", names.ROLLOUT_DEGENERATE_FRACTION),
+                                                ("validation", names.VAL_DEGENERATE_FRACTION))
+              if (entry := _last(series, key)) is not None]
+    steps = [a["step"] + 1 for a in summary.get("alerts", []) if a.get("kind") == "degeneration"]
+    if not steps and not any(entry["max"] >= threshold for _, entry in shares):
+        return None
+    parts = [f"{label} up to {entry['max']:.2f} of a step's replies (last {entry['last']:.2f})"
+             for label, entry in shares]
+    alarm = f"; degeneration alert at step {', '.join(map(str, steps))}" if steps else ""
+    return (f"degenerate replies ({DEGENERATE_WHAT}): {', '.join(parts) or 'share not logged'}, against the "
+            f"alarm's threshold {threshold:.2f}{alarm}")
 
 
 def _spread_advice(setting: Setting) -> str:

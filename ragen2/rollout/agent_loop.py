@@ -152,7 +152,8 @@ def evaluate(model, tokenizer, env_factory: Callable[[], object], seeds: Sequenc
 
 
 def validation_metrics(batch: RolloutBatch, group_size: int) -> dict[str, float]:
-    """What validation reports of a rollout: success, pass@G, spread and valid-action shares, reward, format."""
+    """What validation reports of a rollout: success, pass@G, spread and valid-action shares, reward, format,
+    share of degenerate replies."""
     metrics = batch.metrics(prefix=names.VAL)
     return {
         names.VAL_SPREAD_SHARE: spread_share(batch.trajectories),
@@ -162,4 +163,5 @@ def validation_metrics(batch: RolloutBatch, group_size: int) -> dict[str, float]
         names.VAL_REWARD_MEAN: metrics[names.VAL_REWARD_MEAN],
         names.VAL_FORMAT_OK_FRACTION: metrics[names.VAL_FORMAT_OK_FRACTION],
         names.VAL_NUM_GROUPS: metrics[names.VAL_NUM_GROUPS],
+        names.VAL_DEGENERATE_FRACTION: metrics[names.VAL_DEGENERATE_FRACTION],  # the audit draws it beside training's
     }
