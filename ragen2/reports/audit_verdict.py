@@ -104,7 +104,10 @@ def warm_start(setting: Setting, option: str) -> str:
 
 @dataclass
 class AuditSettings:
-    """What `ragen2 audit --model` rolls out and probes (its flags, with these defaults)."""
+    """What `ragen2 audit --model` rolls out and probes (its flags, with these defaults).
+
+    Its own defaults rather than the env's training preset, kept on purpose: a verdict compares
+    models under one fixed probe (first turn, 96 tokens), whatever preset each was trained with."""
 
     groups: int = 8
     group_size: int = 4

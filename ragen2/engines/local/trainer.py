@@ -364,6 +364,8 @@ def validate_step(run: Run, result: StepResult) -> None:
     if names.VAL_SUCCESS_RATE in metrics and not stopping:
         policy = run.state.stop_policy
         result.validation_decision = policy.observe_validation(metrics[names.VAL_SUCCESS_RATE])
+        # written again (the stop policy's metrics were taken before it saw this validation); taking them
+        # all here instead would move snr/stopped on the step a low-validation stop fires
         metrics[LOW_VALIDATIONS] = float(policy.low_validations)
 
 
