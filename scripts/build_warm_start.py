@@ -13,30 +13,16 @@ floating-point rounding differs and the script says so (the bench cells record w
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import shlex
 import subprocess
 import sys
 from pathlib import Path
 
+from ragen2.engines.local.sft import weights_digest
+
 CALIBRATION = Path("docs/benchmarks/warm_start_calibration.json")
 OUT = Path("runs/warm")
-
-
-def file_digest(path: Path) -> str:
-    """sha256 of a safetensors file's tensors (names, dtypes, shapes, bytes, in name order), not of the
-    file: its metadata's order is not part of the weights and has changed between versions."""
-    import torch
-    from safetensors import safe_open
-
-    digest = hashlib.sha256()
-    with safe_open(str(path), framework="pt") as handle:
-        for name in sorted(handle.keys()):
-            tensor = handle.get_tensor(name).contiguous()
-            digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
-            digest.update(tensor.view(-1).view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
 
 
 def policy_file(run_dir: Path, step: int) -> Path:
@@ -69,7 +55,7 @@ def main() -> int:
         for command in rebuild_commands(result, run_dir):
             print("$ " + shlex.join(command), file=sys.stderr, flush=True)
             subprocess.run(command, check=True)
-    rebuilt = file_digest(policy_file(run_dir, result["sft_steps"]))
+    rebuilt = weights_digest(policy_file(run_dir, result["sft_steps"]))
     recorded = result.get("checkpoint_sha256")
     same = rebuilt == recorded
     print(json.dumps({"warm_start": str(run_dir), "checkpoint_sha256": rebuilt, "recorded": recorded,

@@ -31,13 +31,11 @@ from envs.parsing import format_response
 from ragen2 import metric_names as names
 from ragen2.bench.machine import machine_info
 from ragen2.config import saved_config
+from ragen2.engines.local.sft import weights_digest
 from ragen2.rollout.agent_loop import spread_share, valid_action_share
 from ragen2.rollout.batch import TrajectoryRecord
 from ragen2.run_dir import read_steps
 from ragen2.seeding import validation_seeds
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from build_warm_start import file_digest  # noqa: E402  (a sibling script, not a package)
 
 BUDGET_S = 15 * 60  # the warm-start budget on 2 cores
 SUCCESS_RANGE, MIN_SPREAD = (0.2, 0.7), 0.3
@@ -179,7 +177,7 @@ def main() -> int:
     result.update({k: final[k] for k in ("sft_steps", "sft_seconds", "success", "spread_share", "valid_action_share",
                                          "episodes")})
     policy = run_dir / "checkpoints" / f"step_{final['sft_steps']:06d}" / "policy" / "model.safetensors"
-    result["checkpoint_sha256"] = file_digest(policy) if policy.is_file() else None
+    result["checkpoint_sha256"] = weights_digest(policy) if policy.is_file() else None
     steps_flag = ["--steps", str(final["sft_steps"])]
     result["warm_start_command"] = shlex.join([*demos_cmd[:-1], str(demos)]) + " && " + shlex.join(
         [*sft_cmd[:4], *steps_flag, *sft_cmd[6:]])

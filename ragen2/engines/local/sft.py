@@ -216,7 +216,7 @@ def write_model_folder(run: SFTRun) -> Path:
     return out
 
 
-def weights_digest(model_dir: Path) -> str:
+def weights_digest(weights: Path) -> str:
     """sha256 of the written weights' tensors (names, dtypes, shapes, bytes, in name order; not the files,
     whose metadata order is not part of the weights): a rebuilt warm start is the same model iff this
     matches (the same commands and code on the same kind of CPU, thread count and dtype)."""
@@ -225,7 +225,8 @@ def weights_digest(model_dir: Path) -> str:
     from safetensors import safe_open
 
     digest = hashlib.sha256()
-    for path in sorted(Path(model_dir).glob("*.safetensors")):
+    weights = Path(weights)  # a model folder, or one safetensors file (a checkpoint's policy)
+    for path in sorted(weights.glob("*.safetensors")) if weights.is_dir() else [weights]:
         with safe_open(str(path), framework="pt") as handle:
             for name in sorted(handle.keys()):
                 tensor = handle.get_tensor(name).contiguous()
