@@ -7,7 +7,9 @@
 # finished cell's are deleted. The report (results, paired CIs) is rebuilt and committed too.
 # The cells import a pinned copy of the code (a detached worktree of HEAD at start), so edits made
 # in this tree while the suite runs never reach a cell half-written, and every cell of one start
-# records the same commit. Restart the script to run later cells on newer code. Start it twice
+# records the same commit. Restart the script to run later cells on newer code; a seed whose arms
+# began on an older commit is finished on that one (its arms are compared with each other, so they
+# share a commit: ragen2.bench.runner.commit_to_resume). Start it twice
 # (one core each) and the two share the suite's cells: a runner skips a cell another one holds.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +19,12 @@ out=docs/experiments/$suite
 
 pinned=${TMPDIR:-/tmp}/ragen2-bench-code/$suite.$$  # one per start: runners of one suite may run side by side
 git worktree prune
-git worktree add -q --detach "$pinned" HEAD || exit 1
+code=$(python -c 'import sys
+from pathlib import Path
+from ragen2.bench import runner
+from ragen2.bench.suite import expand, load_suite
+print(runner.commit_to_resume(expand(load_suite(sys.argv[1]), Path(sys.argv[2]))) or "HEAD")' "$suite" "$out") || exit 1
+git worktree add -q --detach "$pinned" "$code" || exit 1
 trap 'git worktree remove --force "$pinned"' EXIT
 # ahead of the editable install's finder; PYTHONSAFEPATH keeps `python -m` from putting this tree first
 export PYTHONPATH="$pinned${PYTHONPATH:+:$PYTHONPATH}" PYTHONSAFEPATH=1

@@ -15,7 +15,8 @@ from rich.live import Live
 from rich.table import Table
 
 STATUS_STYLE = {"queued": "dim", "running": "bold yellow", "done": "green", "failed": "bold red",
-                "interrupted": "magenta", "elsewhere": "cyan"}
+                "interrupted": "magenta", "elsewhere": "cyan",
+                "other-commit": "yellow"}
 
 
 @dataclass

@@ -205,14 +205,40 @@ def _done_note(run_dir: Path) -> str:
     return note
 
 
+def finished_commit(run_dir: Path) -> str | None:
+    """The commit a finished cell ran on (None: not finished, or run outside a checkout)."""
+    if not is_done(run_dir):
+        return None
+    return (read_state(run_dir).get("code") or {}).get("commit")
+
+
+def seed_commit(cell: Cell, cells: list[Cell]) -> str | None:
+    """The commit this cell's seed is bound to: the one its finished arms ran on. A seed's arms are
+    compared with each other, so they run on one commit (a suite may span sessions and commits)."""
+    commits = {finished_commit(c.run_dir) for c in cells if c.seed == cell.seed and c is not cell}
+    commits.discard(None)
+    return min(commits) if commits else None  # more than one: a suite begun before this rule; any
+
+
+def commit_to_resume(cells: list[Cell]) -> str | None:
+    """The commit a runner must run on to finish the seeds begun on another one (the first such
+    seed's), or None when no begun seed waits: `scripts/bench_background.sh` pins its code there."""
+    for cell in cells:
+        if not is_done(cell.run_dir) and (commit := seed_commit(cell, cells)):
+            return commit
+    return None
+
+
 def run_cells(cells: list[Cell], run_cell: Callable, display, keep_final_checkpoint: bool = False) -> dict[str, str]:
     """Run every cell not yet done; a failure is recorded and the next cell starts.
 
-    Returns {cell name: final status}: done, failed, or elsewhere (another live runner holds
-    it). KeyboardInterrupt marks the running cell interrupted (not failed) and propagates: the
-    next `ragen2 bench` resumes it.
+    Returns {cell name: final status}: done, failed, elsewhere (another live runner holds it) or
+    other-commit (its seed's arms finished on another commit than this code's; see
+    `commit_to_resume`). KeyboardInterrupt marks the running cell interrupted (not failed) and
+    propagates: the next `ragen2 bench` resumes it.
     """
     statuses = {}
+    code = (code_version() or {}).get("commit")
     for cell in cells:
         if is_done(cell.run_dir):
             statuses[cell.name] = "done"
@@ -224,6 +250,12 @@ def run_cells(cells: list[Cell], run_cell: Callable, display, keep_final_checkpo
         if is_done(cell.run_dir):  # finished meanwhile by another runner
             statuses[cell.name] = "done"
             display.update(cell.name, status="done", note=_done_note(cell.run_dir))
+            continue
+        bound = seed_commit(cell, cells)
+        if code and bound and bound != code:
+            statuses[cell.name] = "other-commit"
+            display.update(cell.name, status="other-commit",
+                           note=f"seed {cell.seed}'s arms ran on {bound[:10]}; run there to pair them")
             continue
         cell.run_dir.mkdir(parents=True, exist_ok=True)
         held = claims.claim(cell.run_dir)

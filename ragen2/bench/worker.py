@@ -3,7 +3,9 @@
 The parent (ragen2.bench.runner) writes RUN_DIR/config.yaml first; this reads it, trains (or
 continues from the latest checkpoint), and exits 0 when summary.json is written. With
 `--validate-before` (the suite's `validate_before`), a cell that has not trained yet first
-validates the untrained model into RUN_DIR/bench_val_before.json. On an error it
+validates the untrained model into RUN_DIR/bench_val_before.json, or copies a sibling cell's
+validation of the same inputs (model, env, rollout, seed, validation settings: the arms of a
+seed that differ only in how they train). On an error it
 writes RUN_DIR/bench_error.json (type, message, traceback) so the parent can show the reason,
 and exits 1. Output goes wherever the parent points stdout/stderr (RUN_DIR/bench_output.log).
 """
@@ -34,6 +36,33 @@ def val_before(run_dir: Path) -> dict:
     """Validation metrics of the untrained model, where the suite asked for them (validate_before)."""
     path = Path(run_dir) / VAL_BEFORE_FILE
     return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def validation_inputs(cfg) -> dict:
+    """What validating the untrained model depends on: the same inputs give the same instances and,
+    on one machine, the same sampled episodes (validation seeds its own generator)."""
+    sections = json.loads(cfg.model_dump_json())
+    return {"model": sections["model"], "env": sections["env"], "rollout": sections["rollout"],
+            "seed": cfg.trainer.seed, "val_groups": cfg.trainer.val_groups,
+            "val_temperature": cfg.trainer.val_temperature}
+
+
+def sibling_val_before(run_dir: Path, cfg) -> dict | None:
+    """A validation of the untrained model that a sibling cell already made on the same inputs,
+    with `validated_in` naming that cell; None when there is none."""
+    wanted = validation_inputs(cfg)
+    for sibling in sorted(Path(run_dir).parent.iterdir()):
+        source = sibling / VAL_BEFORE_FILE
+        if sibling == Path(run_dir) or not source.is_file() or not (sibling / CONFIG_FILE).is_file():
+            continue
+        try:
+            same = validation_inputs(saved_config(sibling / CONFIG_FILE)) == wanted
+        except Exception:  # noqa: BLE001 - a sibling with an unreadable config is simply not a match
+            continue
+        if same:
+            metrics = json.loads(source.read_text())
+            return {**metrics, "validated_in": metrics.get("validated_in", sibling.name)}
+    return None
 
 
 def _openrlhf_installed() -> bool:
@@ -82,7 +111,8 @@ def run_cell(run_dir: Path, engine: str = "local", quiet: bool = False, cluster:
     before = run_dir / VAL_BEFORE_FILE
     if validate_before and run.state.step == 0 and not before.is_file():
         # its own sampling generator: validating first leaves the training run as it would have been
-        before.write_text(json.dumps(trainer.validate(run), indent=1))
+        metrics = sibling_val_before(run_dir, cfg) or trainer.validate(run)
+        before.write_text(json.dumps(metrics, indent=1))
     return trainer.train(run)
 
 

@@ -106,6 +106,10 @@ def run(args) -> int:
     if elsewhere:
         print(f"{len(elsewhere)} cell(s) left to the other runner(s) on this folder: {', '.join(elsewhere)}; "
               "the last runner to finish writes the complete report", file=sys.stderr)
+    other_commit = [name for name, status in statuses.items() if status == "other-commit"]
+    if other_commit:
+        print(f"{len(other_commit)} cell(s) not run: their seed's other arms ran on another commit "
+              f"({', '.join(other_commit)}); scripts/bench_background.sh runs them there", file=sys.stderr)
     if failed:
         print(f"{len(failed)} cell(s) failed: {', '.join(failed)}; reasons in {out}/report.md; "
               f"run the same command again to retry them", file=sys.stderr)

@@ -78,6 +78,27 @@ def test_a_failing_cell_never_stops_the_others_and_a_rerun_skips_finished_cells(
     assert runner.read_state(cells[1].run_dir)["reason"] is None
 
 
+def test_a_seeds_arms_run_on_one_commit_and_the_runner_says_where_to_finish_them(tmp_path):
+    from ragen2.bench.machine import code_version
+
+    if code_version() is None:
+        pytest.skip("runs from a checkout: the rule compares commits")
+    _, cells = make_cells(tmp_path)  # seeds 0 and 1, arms none and snr-top-p
+    names = [c.name for c in cells]
+    runner.run_cells(cells[:1], fake_cell([]), PlainDisplay(names[:1], io.StringIO()))
+    assert runner.commit_to_resume(cells) == code_version()["commit"]  # seed 0's arm finished on this code
+    old = "0123456789" * 4  # as if seed 0's first arm had finished in an earlier session
+    runner.write_state(cells[0].run_dir, code={"commit": old, "tracked_files_changed": 0})
+    assert runner.commit_to_resume(cells) == old
+
+    calls, stream = [], io.StringIO()
+    statuses = runner.run_cells(cells, fake_cell(calls), PlainDisplay(names, stream))
+    assert calls == names[2:]  # seed 1 runs here; seed 0's other arm waits for its commit
+    assert statuses[names[1]] == "other-commit" and "seed 0's arms ran on 0123456789" in stream.getvalue()
+    assert not (cells[1].run_dir / "summary.json").exists()
+    assert runner.commit_to_resume(cells) == old
+
+
 @pytest.mark.parametrize("keep", [False, True])
 def test_the_final_checkpoint_is_deleted_unless_the_suite_keeps_it(tmp_path, keep):
     suite, cells = make_cells(tmp_path, seeds=(0,), keep=keep)

@@ -152,6 +152,22 @@ def test_filter_comparison_bandit_is_issue_32s_claim_1_setting():
         assert [s + 1 for s in range(15) if (s + 1) % c.trainer.val_every == 0 or s == 14] == [8, 15]
 
 
+def test_warm_start_frozen_lake_runs_the_design_its_file_states():
+    suite = load_suite("warm-start-frozen-lake")
+    cells = expand(suite, Path("/tmp/unused"))
+    arms = ["none", "starpo-s", "snr-top-p", "ragen2-main"]
+    assert [(c.filter, c.seed) for c in cells] == [(f, s) for s in range(8) for f in arms]  # seed by seed, paired
+    assert suite.validate_before
+    for cell in cells:
+        c = cell.config
+        assert (c.model.name, c.model.dtype) == ("runs/warm/frozen_lake-grounded", "bfloat16")
+        assert (c.env.name, c.algo.name, c.algo.advantage) == ("frozen_lake", "ppo", "gae")
+        assert (c.trainer.total_steps, c.rollout.num_groups, c.rollout.group_size) == (10, 8, 4)
+        assert c.optim.mini_batch_size == 32 and c.optim.batch_adjust == "none"
+        assert (c.stop.max_consecutive_skips, c.stop.spread_patience, c.stop.low_val_patience) == (0, 0, 0)
+        assert (c.trainer.val_groups, c.trainer.val_temperature, c.trainer.val_every) == (32, 0.5, 0)
+
+
 def test_main_table_runs_the_paper_configs_steps_and_its_comment_says_so():
     import re
 
@@ -281,3 +297,34 @@ def test_validate_before_is_refused_with_the_openrlhf_engine(tmp_path, capsys):
     assert main(["bench", suite, "--out", str(tmp_path / "o"), "--engine", "openrlhf"]) == 2
     assert "validate_before runs on the local engine only" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_arms_of_a_seed_share_one_validation_of_the_untrained_model(tmp_path, tiny_model_dir, monkeypatch):
+    """Arms that differ only in their filter start from the same model on the same instances: the
+    second copies the first's validation (naming it) instead of repeating it; another seed validates."""
+    import torch
+
+    from ragen2.engines.local import trainer
+
+    torch.set_num_threads(1)
+    validate, validated = trainer.validate, []
+
+    def spy(run):
+        validated.append(run.run_dir.name)
+        return validate(run)
+
+    monkeypatch.setattr(trainer, "validate", spy)
+    data = {"name": "t", "seeds": [0, 1], "overrides": [*TINY[:-1], "trainer.total_steps=1"], "validate_before": True,
+            "matrices": [{"name": "m", "algos": ["grpo"], "filters": ["none", "snr-top-p"], "envs": [None],
+                          "models": [str(tiny_model_dir)]}]}
+    out = tmp_path / "bench"
+    assert main(["bench", write(tmp_path, data), "--out", str(out), "--in-process", "--plain", "--no-plots"]) == 0
+    runs = out / "runs"
+    # each cell validates after its step; only the first arm of each seed also validates before it
+    assert {name: validated.count(name) for name in validated} == {
+        "bandit--grpo--none--s0": 2, "bandit--grpo--snr-top-p--s0": 1, "bandit--grpo--none--s1": 2,
+        "bandit--grpo--snr-top-p--s1": 1}
+    first, copied = (json.loads((runs / f"bandit--grpo--{f}--s0" / "bench_val_before.json").read_text())
+                     for f in ("none", "snr-top-p"))
+    assert "validated_in" not in first and copied == {**first, "validated_in": "bandit--grpo--none--s0"}
+    assert "validated_in" not in json.loads((runs / "bandit--grpo--none--s1" / "bench_val_before.json").read_text())
