@@ -130,7 +130,7 @@ def alternating_callback(ours_step):
 
 def ragen2_decoder_tokens(rows, all_rows: list[int], cfg, models) -> int:
     """Decoder positions of one ragen2 sft step: its micro-batches as sft_step forms them."""
-    from ragen2.engines.local import shared_prefix as prefix_lib
+    from ragen2 import shared_prefix as prefix_lib
 
     ids, attn, mask, index = rows.input_ids, rows.attention_mask, rows.response_mask, torch.tensor(all_rows)
     if not cfg.optim.shared_prefix:

@@ -2,7 +2,7 @@
 
 transformers >= 5.2x names it `cache`; older versions, and wrappers written for them, only know
 `past_key_values`. mi_probe's cross-scoring, ragen2's rollout (rollout/kv_rows) and its
-shared-prefix passes (engines/local/shared_prefix) all ask here; it sits in mi_probe because
+shared-prefix passes (ragen2/shared_prefix) all ask here; it sits in mi_probe because
 mi_probe sits below the ragen2 package and imports none of it, so both may import this.
 """
 

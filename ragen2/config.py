@@ -139,7 +139,7 @@ class OptimSection(Section):
     # First N trained steps update only the critic: a cold critic's whitened values would
     # otherwise be most of the advantage (OpenRLHF: --critic.freezing_steps, veRL: critic_warmup)
     critic_warmup_steps: int = Field(0, ge=0)
-    # Shared-prefix passes (engines/local/shared_prefix): a group's G rows begin with the same
+    # Shared-prefix passes (ragen2/shared_prefix): a group's G rows begin with the same
     # prompt; every training forward (old/ref log-probs, values, the update) encodes it once and
     # shares its keys/values with the G continuations, gradients summed through them. Same
     # numbers to float rounding, about 1/G of the prompt's work; false = every row whole

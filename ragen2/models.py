@@ -219,7 +219,7 @@ class ValueModel(nn.Module):
     @property
     def body(self) -> nn.Module:
         """The transformer body as a plain transformers model (LoRA layers, if any, are injected
-        in it): what takes a KV cache for shared-prefix passes (engines/local/shared_prefix)."""
+        in it): what takes a KV cache for shared-prefix passes (ragen2/shared_prefix)."""
         return self.backbone.get_base_model() if hasattr(self.backbone, "get_base_model") else self.backbone
 
     def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None,

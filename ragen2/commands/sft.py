@@ -127,7 +127,7 @@ def run(args) -> int:
     except (ConfigError, DemosError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    from ragen2.engines.local import sft
+    from ragen2.engines.local import sft  # the engine this command runs, as `train` runs the trainer
     from ragen2.models import ModelSourceError
 
     print(f"run directory: {run_dir}\nSFT on {len(demos)} demos of {cfg.env.name} {dict(cfg.env.overrides)} | "

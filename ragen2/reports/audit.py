@@ -31,8 +31,8 @@ from ragen2 import models as model_lib
 from ragen2.reports.audit_verdict import (AuditSettings, compare_with_base, model_verdict, retrieval_zscore,  # noqa: F401
                                   run_verdict)
 from ragen2.config import ModelSection, ProbeSection
-from ragen2.engines.local import learner  # its scoring pass, the one implementation (it rests on the engine's shared_prefix)
 from ragen2.instruments.probe import Probe
+from ragen2 import scoring  # the update's scoring pass, the one implementation
 from ragen2.rollout import RolloutConfig, rollout
 from ragen2.run_dir import CONFIG_FILE, POLICY_DIR, latest_checkpoint, read_config
 from ragen2.seeding import audit_seeds
@@ -103,8 +103,8 @@ def policy_entropy(policy, batch, temperature: float, micro_batch_size: int = 4)
         for start in range(0, len(batch), micro_batch_size):
             rows = slice(start, start + micro_batch_size)
             mask = batch.response_mask[rows]
-            tokens = learner.TokenRows(batch.input_ids[rows], batch.attention_mask[rows], mask)
-            _, entropy = learner.policy_log_probs(policy, tokens, temperature, with_entropy=True)
+            tokens = scoring.TokenRows(batch.input_ids[rows], batch.attention_mask[rows], mask)
+            _, entropy = scoring.policy_log_probs(policy, tokens, temperature, with_entropy=True)
             total += float((entropy * mask).sum())
             count += int(mask.sum())
     return total / count if count else float("nan")

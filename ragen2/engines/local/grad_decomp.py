@@ -41,7 +41,7 @@ from mi_probe import gradients as grad_lib
 from ragen2.algos import losses
 from ragen2.config import Config
 from ragen2.engines.local import learner
-from ragen2.engines.local import shared_prefix
+from ragen2 import shared_prefix
 from ragen2.metric_names import GRAD
 
 TOKEN_WEIGHTED = ("token-mean",)  # other aggregations average over sequences

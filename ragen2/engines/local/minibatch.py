@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from ragen2 import metric_names as names
-from ragen2.engines.local import shared_prefix as prefix_lib
+from ragen2 import shared_prefix as prefix_lib
 
 # Loss terms whose micro-batch values are shares of the mini-batch's loss under loss_scope=mini_batch.
 ADDITIVE_METRICS = (names.ACTOR_PG_LOSS, names.ACTOR_ENTROPY, names.ACTOR_KL_LOSS, names.CRITIC_VALUE_LOSS)

@@ -35,7 +35,7 @@ from ragen2.algos import losses
 from ragen2.config import Config
 from ragen2.engines.local import checkpoint as ckpt
 from ragen2.engines.local import learner, minibatch
-from ragen2.engines.local import shared_prefix as prefix_lib
+from ragen2 import shared_prefix as prefix_lib
 from ragen2.engines.local.interrupts import Interrupts
 from ragen2.engines.local.run import env_factory
 from ragen2.engines.local.trainer import apply_threads

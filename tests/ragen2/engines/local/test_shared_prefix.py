@@ -19,7 +19,8 @@ from ragen2 import models as model_lib
 from ragen2.cli import main
 from ragen2.config import load_config
 from ragen2.engines.local import learner
-from ragen2.engines.local import shared_prefix as prefix_lib
+from ragen2 import scoring
+from ragen2 import shared_prefix as prefix_lib
 from ragen2.run_dir import read_metrics
 from tests.tiny import tiny_llama, tiny_tokenizer
 
@@ -252,7 +253,7 @@ def test_plan_counts_attention_long_suffixes_after_a_short_prefix_stay_plain():
 
 
 def test_batched_packing_returns_rows_in_their_order(tok, template, monkeypatch):
-    monkeypatch.setattr(learner, "HEAD_CHUNK", 5)  # the no-grad head runs in chunks of positions
+    monkeypatch.setattr(scoring, "HEAD_CHUNK", 5)  # the no-grad head runs in chunks of positions
     model = tiny_llama(tok, seed=5)
     ids, attn, mask = group_batch(tok, template, groups=3, size=2)
     order = torch.tensor([0, 2, 4, 1, 3, 5])  # members of a group apart, as after a shuffle

@@ -176,7 +176,7 @@ def micro_batches(tokens: TokenRows, rows: torch.Tensor, micro_batch_size: int, 
     positions the LM head projects (the sampled tokens): their sum stays within
     micro_batch_size x (longest row + most sampled tokens of a row). Without (`no_grad`), the
     decoder tokens alone stay within micro_batch_size x longest row (the caller projects the
-    head in chunks: learner.policy_log_probs). `response_mask` None: no head (the critic).
+    head in chunks: ragen2.scoring.policy_log_probs). `response_mask` None: no head (the critic).
     `attention`: the model's attention_cost, so the estimate follows the pass `plan` will pick."""
     input_ids, attention_mask, response_mask = tokens.input_ids, tokens.attention_mask, tokens.response_mask
     rows = rows[packing_order(input_ids[rows], attention_mask[rows])]
