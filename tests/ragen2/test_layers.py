@@ -36,3 +36,19 @@ def test_the_check_sees_every_spelling_of_an_engine_import(tmp_path):
     path.write_text("import ragen2.engines.local.trainer\nfrom ragen2.engines.local import learner\n"
                     "from ragen2.engines import local\ndef f():\n    from ragen2.engines.local.checkpoint import save\n")
     assert len(engine_imports(path)) == 4
+
+
+def test_no_function_of_the_local_engine_takes_more_than_six_parameters():
+    """Values that travel together become one dataclass (issue 51): a long signature is where
+    a reader loses the thread. The scoring pass and shared-prefix passes count as the engine's."""
+    files = [*ROOT.joinpath("engines", "local").glob("*.py"), ROOT / "scoring.py", ROOT / "shared_prefix.py"]
+    too_long = {}
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                args = node.args
+                names = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
+                count = len(names) - (names[:1] in (["self"], ["cls"]))
+                if count > 6:
+                    too_long[f"{path.name}:{node.name}"] = count
+    assert too_long == {}
