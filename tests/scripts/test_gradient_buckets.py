@@ -10,11 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from envs import registry
-from envs.base import ActionOutcome, EnvConfig, TextEnv
-from envs.parsing import ParsedResponse
+from envs.base import ActionOutcome
 from ragen2.config import load_config
 from ragen2.run_dir import write_config
+from tests.one_pull import OnePullEnv, registered
 from tests.tiny import tiny_llama, tiny_tokenizer
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -22,22 +21,9 @@ ENV_NAME = "gradient_buckets_half_coin"
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gradient_buckets.py"
 
 
-class HalfCoinEnv(TextEnv):
+class HalfCoinEnv(OnePullEnv):
     """One pull. Half the instances pay 0 to every member (zero-variance groups); the other half a
     uniform draw per episode (spread), whatever the text says."""
-
-    config_cls = EnvConfig
-
-    @property
-    def instruction(self) -> str:
-        return "Say anything."
-
-    @property
-    def action_vocabulary(self) -> tuple[str, ...]:
-        return ("pull",)
-
-    def parse(self, response: str) -> ParsedResponse:
-        return ParsedResponse(format_ok=True, answer="pull", actions=("pull",))  # no format penalty
 
     def _reset(self, rng: np.random.Generator) -> dict:
         self.flat = bool(rng.random() < 0.5)
@@ -47,18 +33,11 @@ class HalfCoinEnv(TextEnv):
         reward = 0.0 if self.flat else float(self.dynamics_rng.uniform(0.0, 1.0))
         return ActionOutcome(reward=reward, terminated=True, success=reward > 0.5)
 
-    def render(self) -> str:
-        return "A machine. Pull it."
-
 
 @pytest.fixture(scope="module")
 def half_coin():
-    registry.spec("bandit")  # built-ins first, outside the cleanup window
-    registry.register(ENV_NAME, HalfCoinEnv, EnvConfig(max_actions_per_traj=1), "test-only")
-    yield ENV_NAME
-    with registry._LOCK:  # no public unregister
-        registry._SPECS.pop(ENV_NAME, None)
-        registry._KEYS.pop(registry._normalise(ENV_NAME), None)
+    with registered((ENV_NAME, HalfCoinEnv)):
+        yield ENV_NAME
 
 
 def test_six_buckets_both_advantages_and_zero_variance_groups_at_zero(tmp_path, half_coin):

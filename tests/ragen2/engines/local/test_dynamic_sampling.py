@@ -15,16 +15,12 @@ import json
 import numpy as np
 import pytest
 
-import envs
-from envs import registry
-from envs.base import ActionOutcome, EnvConfig, TextEnv
-from envs.parsing import ParsedResponse
+from envs.base import ActionOutcome
 from ragen2 import seeding
 from ragen2.bench.report import cell_result
-from ragen2.cli import main
 from ragen2.config import load_config
-from ragen2.engines.local import dynamic_sampling, trainer
-from ragen2.run_dir import read_metrics
+from ragen2.engines.local import dynamic_sampling
+from tests.one_pull import OnePullEnv, record_steps, registered, reward_of, train
 
 LIVE, DEAD = "refill_probe_live", "refill_probe_dead"
 P, G = 4, 3
@@ -33,22 +29,10 @@ SETTINGS = [f"rollout.num_groups={P}", f"rollout.group_size={G}", "rollout.max_n
             "stop.max_consecutive_skips=0"]
 
 
-class LiveCoinEnv(TextEnv):
+class LiveCoinEnv(OnePullEnv):
     """One pull. Two instances in five are live (a uniform reward per rollout); the rest pay 0."""
 
-    config_cls = EnvConfig
     live_share = 0.4
-
-    @property
-    def instruction(self) -> str:
-        return "Say anything; the reward is random."
-
-    @property
-    def action_vocabulary(self) -> tuple[str, ...]:
-        return ("pull",)
-
-    def parse(self, response: str) -> ParsedResponse:
-        return ParsedResponse(format_ok=True, answer="pull", actions=("pull",))  # no format penalty
 
     def _reset(self, rng: np.random.Generator) -> dict:
         self.live = bool(rng.uniform() < self.live_share)
@@ -58,9 +42,6 @@ class LiveCoinEnv(TextEnv):
         reward = float(self.dynamics_rng.uniform()) if self.live else 0.0
         return ActionOutcome(reward=reward, terminated=True, success=reward > 0.5)
 
-    def render(self) -> str:
-        return "A coin machine. Pull it."
-
 
 class DeadCoinEnv(LiveCoinEnv):
     live_share = 0.0  # no group ever has spread
@@ -68,40 +49,14 @@ class DeadCoinEnv(LiveCoinEnv):
 
 @pytest.fixture(scope="module")
 def coin_envs():
-    registry.spec("bandit")  # the built-ins first, so they are not loaded into our cleanup window
-    for name, cls in ((LIVE, LiveCoinEnv), (DEAD, DeadCoinEnv)):
-        registry.register(name, cls, EnvConfig(max_actions_per_traj=1), "test-only: seeded live or dead coin")
-    yield
-    with registry._LOCK:  # no public unregister
-        for name in (LIVE, DEAD):
-            registry._SPECS.pop(name, None)
-            registry._KEYS.pop(registry._normalise(name), None)
+    with registered((LIVE, LiveCoinEnv), (DEAD, DeadCoinEnv)):
+        yield
 
 
 @pytest.fixture
 def spies(monkeypatch):
     """Every training rollout (each round's) and the batch each update trained on, per call."""
-    seen = {"rollouts": [], "updated": []}
-    real_rollout, real_update_on = dynamic_sampling.rollout, trainer.update_on
-
-    def rollout(*args, **kwargs):
-        seen["rollouts"].append(real_rollout(*args, **kwargs))
-        return seen["rollouts"][-1]
-
-    def update_on(run, batch, selection, timer):
-        seen["updated"].append(batch)
-        return real_update_on(run, batch, selection, timer)
-
-    monkeypatch.setattr(dynamic_sampling, "rollout", rollout)
-    monkeypatch.setattr(trainer, "update_on", update_on)
-    return seen
-
-
-def _reward(env_name: str, seed: int, member: int) -> float:
-    """One rollout's reward, from the env alone."""
-    env = envs.make(env_name)
-    env.reset(seed=seed, options={"rollout_index": member})
-    return env.step("whatever")[1]
+    return record_steps(monkeypatch)
 
 
 def expected_refill(cfg, step: int, max_rounds: int) -> tuple[list[list[int]], list[int]]:
@@ -110,16 +65,13 @@ def expected_refill(cfg, step: int, max_rounds: int) -> tuple[list[list[int]], l
     while len(rounds) < max_rounds and len(taken) < P:
         seeds = seeding.step_seeds(cfg, step) if not rounds else seeding.refill_seeds(cfg, step, len(rounds))
         rounds.append(seeds)
-        spread = [s for s in seeds if len({_reward(LIVE, s, m) > 0.5 for m in range(G)}) == 2]
+        spread = [s for s in seeds if len({reward_of(LIVE, s, m) > 0.5 for m in range(G)}) == 2]
         taken += spread[:P - len(taken)]
     return rounds, taken
 
 
 def _train(model_dir, out, *extra: str) -> list[dict]:
-    code = main(["train", "--quiet", "--filter", "dapo-dynamic", "--model", str(model_dir), "--out", str(out),
-                 "trainer.run_name=r", *SETTINGS, *extra])
-    assert code == 0
-    return read_metrics(out / "r")
+    return train(model_dir, out, "--filter", "dapo-dynamic", *SETTINGS, *extra)
 
 
 def test_the_batch_is_refilled_to_num_groups_from_rounds_of_their_own_seeds(coin_envs, tiny_model_dir, tmp_path,
@@ -170,9 +122,7 @@ def test_groups_that_never_show_spread_stop_sampling_at_the_round_limit_with_an_
 
 
 def test_without_dynamic_sampling_one_round_is_logged_as_the_budget(coin_envs, tiny_model_dir, tmp_path, spies):
-    code = main(["train", "--quiet", "--filter", "snr-top-p", "--model", str(tiny_model_dir), "--out", str(tmp_path),
-                 "trainer.run_name=r", f"env.name={LIVE}", "trainer.total_steps=1", *SETTINGS])
-    assert code == 0
-    row, = read_metrics(tmp_path / "r")
+    row, = train(tiny_model_dir, tmp_path, "--filter", "snr-top-p", f"env.name={LIVE}", "trainer.total_steps=1",
+                 *SETTINGS)
     assert row["sampling/rounds"] == 1 and row["sampling/episodes"] == P * G and row["sampling/round_limit"] == 0
     assert "sampling/groups_found" not in row and len(spies["rollouts"]) == 1

@@ -12,19 +12,13 @@ from __future__ import annotations
 
 import statistics
 
-import numpy as np
 import pytest
 
-import envs
-from envs import registry
-from envs.base import ActionOutcome, EnvConfig, TextEnv
-from envs.parsing import ParsedResponse
+from envs.base import ActionOutcome
 from ragen2 import seeding
-from ragen2.engines.local import dynamic_sampling, trainer
-from ragen2.cli import main
 from ragen2.config import load_config
-from ragen2.engines.local import learner
-from ragen2.run_dir import read_metrics
+from ragen2.engines.local import learner, trainer
+from tests.one_pull import OnePullEnv, record_steps, registered, reward_of, train
 
 ENV_NAME = "filter_probe_coin"
 NUM_GROUPS, GROUP_SIZE, STEPS = 8, 3, 3
@@ -33,58 +27,25 @@ SETTINGS = [f"env.name={ENV_NAME}", f"rollout.num_groups={NUM_GROUPS}", f"rollou
             "optim.mini_batch_size=8", "probe.every=0", "stop.max_consecutive_skips=0"]
 
 
-class CoinProbeEnv(TextEnv):
+class CoinProbeEnv(OnePullEnv):
     """One pull; the reward is a uniform draw from the dynamics generator, whatever the text says."""
-
-    config_cls = EnvConfig
-
-    @property
-    def instruction(self) -> str:
-        return "Say anything; the reward is random."
-
-    @property
-    def action_vocabulary(self) -> tuple[str, ...]:
-        return ("pull",)
-
-    def parse(self, response: str) -> ParsedResponse:
-        # Every reply counts as the one valid action, so no format penalty flattens a group.
-        return ParsedResponse(format_ok=True, answer="pull", actions=("pull",))
-
-    def _reset(self, rng: np.random.Generator) -> dict:
-        return {}
 
     def _apply_action(self, action: str) -> ActionOutcome:
         reward = float(self.dynamics_rng.uniform(0.0, 1.0))
         return ActionOutcome(reward=reward, terminated=True, success=reward > 0.5)
 
-    def render(self) -> str:
-        return "A coin machine. Pull it."
-
 
 @pytest.fixture(scope="module")
 def coin_env():
-    registry.spec("bandit")  # load the built-ins first so they are not loaded into our cleanup window
-    registry.register(ENV_NAME, CoinProbeEnv, EnvConfig(max_actions_per_traj=1), "test-only: random reward")
-    yield ENV_NAME
-    # No public unregister: drop the entry so later tests see only the real envs.
-    with registry._LOCK:
-        registry._SPECS.pop(ENV_NAME, None)
-        registry._KEYS.pop(registry._normalise(ENV_NAME), None)
-
+    with registered((ENV_NAME, CoinProbeEnv)):
+        yield ENV_NAME
 
 
 def expected_rewards(step: int) -> list[list[float]]:
     """[P][G] rewards of a step, from the env alone (instance seeds as the trainer draws them)."""
     cfg = load_config(filter="none", overrides=SETTINGS)
-    rewards = []
-    for seed in seeding.step_seeds(cfg, step):
-        row = []
-        for member in range(GROUP_SIZE):
-            env = envs.make(ENV_NAME)
-            env.reset(seed=seed, options={"rollout_index": member})
-            row.append(env.step("whatever")[1])
-        rewards.append(row)
-    return rewards
+    return [[reward_of(ENV_NAME, seed, member) for member in range(GROUP_SIZE)]
+            for seed in seeding.step_seeds(cfg, step)]
 
 
 def top_groups_by_std(rewards: list[list[float]], keep: int) -> list[int]:
@@ -95,33 +56,19 @@ def top_groups_by_std(rewards: list[list[float]], keep: int) -> list[int]:
 @pytest.fixture
 def spies(monkeypatch):
     """Record each step's full rollout, the batch handed to the update, and the rows PPO trained on."""
-    seen = {"rollouts": [], "updated": [], "ppo_rows": []}
-    real_rollout, real_update_on, real_ppo = dynamic_sampling.rollout, trainer.update_on, learner.ppo_update
-
-    def rollout(*args, **kwargs):
-        batch = real_rollout(*args, **kwargs)
-        seen["rollouts"].append(batch)
-        return batch
-
-    def update_on(run, batch, selection, timer):
-        seen["updated"].append(batch)
-        return real_update_on(run, batch, selection, timer)
+    seen = {**record_steps(monkeypatch), "ppo_rows": []}
+    real_ppo = learner.ppo_update
 
     def ppo_update(models, optimizers, data, cfg, generator, options=None):
         seen["ppo_rows"].append(int(data.input_ids.shape[0]))
         return real_ppo(models, optimizers, data, cfg, generator, options)
 
-    monkeypatch.setattr(dynamic_sampling, "rollout", rollout)
-    monkeypatch.setattr(trainer, "update_on", update_on)
     monkeypatch.setattr(learner, "ppo_update", ppo_update)
     return seen
 
 
 def _train(model_dir, out, filter_name: str, *extra: str) -> list[dict]:
-    code = main(["train", "--quiet", "--filter", filter_name, "--model", str(model_dir), "--out", str(out),
-                 "--steps", str(STEPS), "trainer.run_name=r", *SETTINGS, *extra])
-    assert code == 0
-    return read_metrics(out / "r")
+    return train(model_dir, out, "--filter", filter_name, "--steps", str(STEPS), *SETTINGS, *extra)
 
 
 def test_starpo_s_trains_on_exactly_the_top_quarter_of_groups(coin_env, tiny_model_dir, tmp_path, spies):

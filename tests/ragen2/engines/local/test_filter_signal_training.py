@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 
-from envs import registry
-from envs.base import ActionOutcome, EnvConfig, TextEnv
+from envs.base import ActionOutcome
 from envs.parsing import ParsedResponse
-from ragen2.cli import main
-from ragen2.run_dir import read_metrics
+from tests.one_pull import OnePullEnv, registered, train
 
 ENV_NAME = "filter_signal_penalty"
 NUM_GROUPS, GROUP_SIZE, STEPS = 4, 3, 2
@@ -26,48 +23,25 @@ SETTINGS = [f"env.name={ENV_NAME}", f"rollout.num_groups={NUM_GROUPS}", f"rollou
             "optim.mini_batch_size=4", "probe.every=0", "stop.max_consecutive_skips=0"]
 
 
-class PenaltyOnlyEnv(TextEnv):
+class PenaltyOnlyEnv(OnePullEnv):
     """One pull that always succeeds; a random half of the replies pay the format penalty."""
-
-    config_cls = EnvConfig
-
-    @property
-    def instruction(self) -> str:
-        return "Say anything."
-
-    @property
-    def action_vocabulary(self) -> tuple[str, ...]:
-        return ("pull",)
 
     def parse(self, response: str) -> ParsedResponse:
         invalid = int(self.dynamics_rng.uniform() < 0.5)
         return ParsedResponse(format_ok=True, answer="pull", actions=("pull",), num_invalid=invalid)
 
-    def _reset(self, rng: np.random.Generator) -> dict:
-        return {}
-
     def _apply_action(self, action: str) -> ActionOutcome:
         return ActionOutcome(reward=1.0, terminated=True, success=True)
-
-    def render(self) -> str:
-        return "A machine that always pays."
 
 
 @pytest.fixture(scope="module")
 def penalty_env():
-    registry.spec("bandit")  # load the built-ins first so they are not loaded into our cleanup window
-    registry.register(ENV_NAME, PenaltyOnlyEnv, EnvConfig(max_actions_per_traj=1), "test-only: format penalty")
-    yield ENV_NAME
-    with registry._LOCK:  # no public unregister: later tests see only the real envs
-        registry._SPECS.pop(ENV_NAME, None)
-        registry._KEYS.pop(registry._normalise(ENV_NAME), None)
+    with registered((ENV_NAME, PenaltyOnlyEnv)):
+        yield ENV_NAME
 
 
 def _train(model_dir, out, *extra: str) -> list[dict]:
-    code = main(["train", "--quiet", "--filter", "snr-top-p", "--model", str(model_dir), "--out", str(out),
-                 "--steps", str(STEPS), "trainer.run_name=r", *SETTINGS, *extra])
-    assert code == 0
-    return read_metrics(out / "r")
+    return train(model_dir, out, "--filter", "snr-top-p", "--steps", str(STEPS), *SETTINGS, *extra)
 
 
 def test_format_penalty_spread_trains_under_the_reward_and_skips_under_the_outcome(penalty_env, tiny_model_dir,
