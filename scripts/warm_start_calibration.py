@@ -167,6 +167,9 @@ def main() -> int:
     started = time.time()
     if not finished:
         run(sft_cmd)
+    elif json.loads((run_dir / "summary.json").read_text())["steps"] < args.steps:
+        # a longer curve: the run continues (constant learning rate after warm-up: one run, as if uninterrupted)
+        run(["ragen2", "sft", "--resume", str(run_dir), f"sft.steps={args.steps}", "--quiet"])
     points = curve(run_dir)
     chosen = next((p for p in points if in_range(p)), None)
     result = {"env": args.env, "reasoning": args.reasoning, "demos": args.episodes, "demo_command": shlex.join(demos_cmd),
