@@ -205,17 +205,16 @@ def _done_note(run_dir: Path) -> str:
     return note
 
 
-def finished_commit(run_dir: Path) -> str | None:
-    """The commit a finished cell ran on (None: not finished, or run outside a checkout)."""
-    if not is_done(run_dir):
-        return None
+def begun_commit(run_dir: Path) -> str | None:
+    """The commit a cell began (or finished) on: None when it never started or ran outside a checkout."""
     return (read_state(run_dir).get("code") or {}).get("commit")
 
 
 def seed_commit(cell: Cell, cells: list[Cell]) -> str | None:
-    """The commit this cell's seed is bound to: the one its finished arms ran on. A seed's arms are
-    compared with each other, so they run on one commit (a suite may span sessions and commits)."""
-    commits = {finished_commit(c.run_dir) for c in cells if c.seed == cell.seed and c is not cell}
+    """The commit this cell's seed is bound to: the one its begun arms ran on (this cell's own
+    included, so a half-run cell resumes on its code). A seed's arms are compared with each other,
+    so they run on one commit (a suite may span sessions, commits and runners started apart)."""
+    commits = {begun_commit(c.run_dir) for c in cells if c.seed == cell.seed}
     commits.discard(None)
     return min(commits) if commits else None  # more than one: a suite begun before this rule; any
 
@@ -233,7 +232,7 @@ def run_cells(cells: list[Cell], run_cell: Callable, display, keep_final_checkpo
     """Run every cell not yet done; a failure is recorded and the next cell starts.
 
     Returns {cell name: final status}: done, failed, elsewhere (another live runner holds it) or
-    other-commit (its seed's arms finished on another commit than this code's; see
+    other-commit (its seed's arms began on another commit than this code's; see
     `commit_to_resume`). KeyboardInterrupt marks the running cell interrupted (not failed) and
     propagates: the next `ragen2 bench` resumes it.
     """

@@ -98,6 +98,14 @@ def test_a_seeds_arms_run_on_one_commit_and_the_runner_says_where_to_finish_them
     assert not (cells[1].run_dir / "summary.json").exists()
     assert runner.commit_to_resume(cells) == old
 
+    # a cell begun elsewhere binds its seed too, before it finishes: a second runner started on
+    # newer code while the first still runs a seed's first arm leaves that seed to the first
+    (tmp_path / "later").mkdir()
+    _, later = make_cells(tmp_path / "later")
+    later[0].run_dir.mkdir(parents=True)
+    runner.write_state(later[0].run_dir, status="running", code={"commit": old, "tracked_files_changed": 0})
+    assert runner.seed_commit(later[1], later) == old and runner.commit_to_resume(later) == old
+
 
 @pytest.mark.parametrize("keep", [False, True])
 def test_the_final_checkpoint_is_deleted_unless_the_suite_keeps_it(tmp_path, keep):
