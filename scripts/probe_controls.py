@@ -113,28 +113,46 @@ def own_input_check(model_dir: Path, env: str, prompts: int = 32) -> dict:
             "check_prompts": len(texts)}
 
 
-def table(path: Path) -> str:
-    """The results as the markdown table docs/evidence.md shows (`--table`): one row per env,
-    reasoning and SFT steps, seeds pooled as mean (min-max) where there are several."""
-    rows = json.loads(path.read_text())["results"]
-    keys = sorted({(r["env"], r["reasoning"], r["sft_steps"]) for r in rows},
+SUMMARY_KEYS = ("states_own_input", "distinct_reasoning_share", "retrieval_at_1", "chance", "mi", "mi_zscore", "entropy")
+
+
+def summary(results: list[dict]) -> list[dict]:
+    """One object per env, reasoning and SFT steps: each measure's mean, min and max over seeds."""
+    keys = sorted({(r["env"], r["reasoning"], r["sft_steps"]) for r in results},
                   key=lambda k: (k[0], ["grounded", "mixed", "template"].index(k[1]), k[2]))
+    rows = []
+    for env, kind, steps in keys:
+        group = [r for r in results if (r["env"], r["reasoning"], r["sft_steps"]) == (env, kind, steps)]
+        row = {"env": env, "reasoning": kind, "sft_steps": steps, "seeds": sorted(r["seed"] for r in group),
+               "seed_count": len(group)}
+        for key in SUMMARY_KEYS:
+            values = [r[key] for r in group]
+            row[key] = {"mean": sum(values) / len(values), "min": min(values), "max": max(values)}
+        rows.append(row)
+    return rows
+
+
+def write_results(path: Path, results: list[dict], **fields) -> None:
+    data = json.loads(path.read_text()) if path.is_file() else {}
+    data.update(fields, results=results, summary=summary(results))
+    path.write_text(json.dumps(data, indent=1) + "\n")
+
+
+def table(path: Path) -> str:
+    """The summary as the markdown table docs/evidence.md shows (`--table`): mean, and min to max
+    over seeds where there are several."""
     out = ["| env | reasoning | SFT steps | seeds | states its own input | distinct reasoning | retrieval@1 | chance "
            "| MI (nats) | MI z-score | entropy (nats/token) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
 
-    def cell(values: list[float], digits: int = 3) -> str:
-        mean = sum(values) / len(values)
-        if len(values) == 1:
-            return f"{mean:.{digits}f}"
-        return f"{mean:.{digits}f} ({min(values):.{digits}f} to {max(values):.{digits}f})"
+    def cell(stats: dict, several: bool, digits: int = 3) -> str:
+        shown = f"{stats['mean']:.{digits}f}"
+        return f"{shown} ({stats['min']:.{digits}f} to {stats['max']:.{digits}f})" if several else shown
 
-    for env, kind, steps in keys:
-        group = [r for r in rows if (r["env"], r["reasoning"], r["sft_steps"]) == (env, kind, steps)]
-        pick = lambda key: [r[key] for r in group]  # noqa: E731
-        out.append(f"| {env} | {kind} | {steps} | {len(group)} | {cell(pick('states_own_input'))} | "
-                   f"{cell(pick('distinct_reasoning_share'))} | {cell(pick('retrieval_at_1'))} | "
-                   f"{cell(pick('chance'))} | {cell(pick('mi'), 4)} | {cell(pick('mi_zscore'), 2)} | "
-                   f"{cell(pick('entropy'))} |")
+    for row in summary(json.loads(path.read_text())["results"]):
+        several = len(row["seeds"]) > 1
+        digits = {"mi": 4, "mi_zscore": 2}
+        cells = " | ".join(cell(row[key], several, digits.get(key, 3)) for key in SUMMARY_KEYS)
+        out.append(f"| {row['env']} | {row['reasoning']} | {row['sft_steps']} | {len(row['seeds'])} | {cells} |")
     return "\n".join(out)
 
 
@@ -147,8 +165,8 @@ def main() -> int:
         checked = {"env": env, "model": str(model_dir), **own_input_check(model_dir, env),
                    "command": shlex.join(["python", "scripts/probe_controls.py", *sys.argv[1:]])}
         data = json.loads(OUT.read_text()) if OUT.is_file() else {"results": []}
-        data["checked_models"] = [c for c in data.get("checked_models", []) if c["model"] != str(model_dir)] + [checked]
-        OUT.write_text(json.dumps(data, indent=1) + "\n")
+        checked_models = [c for c in data.get("checked_models", []) if c["model"] != str(model_dir)] + [checked]
+        write_results(OUT, data["results"], checked_models=checked_models)
         print(json.dumps(checked))
         return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -206,8 +224,7 @@ def main() -> int:
                 results = [r for r in results if (r["reasoning"], r["seed"], r.get("env"), r.get("sft_steps"))
                            != (kind, seed, args.env, steps)]
                 results.append(result)
-                args.out.write_text(json.dumps({"command": "python scripts/probe_controls.py", "cpu": cpu_name(),
-                                           "results": results}, indent=1) + "\n")
+                write_results(args.out, results, command="python scripts/probe_controls.py", cpu=cpu_name())
                 print(json.dumps({k: result[k] for k in ("reasoning", "seed", "sft_steps", "retrieval_at_1", "chance",
                                                          "mi", "entropy", "states_own_input")}), flush=True)
     return 0
