@@ -47,19 +47,13 @@ commit_finished() {
   done
 }
 
-# A cell that fails (killed for memory when two runners peak together, say) is tried again in the
-# next round, from its newest checkpoint; three rounds at most, so a cell that always fails stops.
-for round in 1 2 3; do
-  ragen2 bench "$suite" --out "$out" $threads --plain --no-plots &
-  bench=$!
-  while kill -0 "$bench" 2>/dev/null; do
-    commit_finished
-    sleep 60
-  done
-  wait "$bench"; status=$?
+ragen2 bench "$suite" --out "$out" $threads --plain --no-plots &
+bench=$!
+while kill -0 "$bench" 2>/dev/null; do
   commit_finished
-  [ "$status" -eq 0 ] && break
-  echo "round $round ended with failed cells; retrying them"
+  sleep 60
 done
+wait "$bench"; status=$?
+commit_finished
 ragen2 bench report "$out" && git add -- "$out" && git commit -q -m "$suite: report over the finished cells" -- "$out"
 exit $status

@@ -228,23 +228,25 @@ def commit_to_resume(cells: list[Cell]) -> str | None:
     return None
 
 
-def run_cells(cells: list[Cell], run_cell: Callable, display, keep_final_checkpoint: bool = False) -> dict[str, str]:
+def run_cells(cells: list[Cell], run_cell: Callable, display, keep_final_checkpoint: bool = False,
+              only: set[str] | None = None) -> dict[str, str]:
     """Run every cell not yet done; a failure is recorded and the next cell starts.
 
     Returns {cell name: final status}: done, failed, elsewhere (another live runner holds it) or
     other-commit (its seed's arms began on another commit than this code's; see
     `commit_to_resume`). KeyboardInterrupt marks the running cell interrupted (not failed) and
-    propagates: the next `ragen2 bench` resumes it.
+    propagates: the next `ragen2 bench` resumes it. `only`: run just these cells (by name); the
+    others still decide which commit each seed is bound to.
     """
     statuses = {}
     code = (code_version() or {}).get("commit")
     for cell in cells:
-        if is_done(cell.run_dir):
+        if is_done(cell.run_dir) and (only is None or cell.name in only):
             statuses[cell.name] = "done"
             display.update(cell.name, status="done", progress="skip", note=_done_note(cell.run_dir),
                            wall_s=read_state(cell.run_dir).get("wall_s"))
     for cell in cells:
-        if statuses.get(cell.name) == "done":
+        if statuses.get(cell.name) == "done" or (only is not None and cell.name not in only):
             continue
         if is_done(cell.run_dir):  # finished meanwhile by another runner
             statuses[cell.name] = "done"

@@ -13,6 +13,8 @@ from ragen2.bench.suite import SuiteError, expand, key_settings, load_suite
 from ragen2.bench.worker import EngineUnavailable, openrlhf_run
 from ragen2.commands import COMMANDS
 from ragen2.config import ConfigError
+
+FAILED_CELL_RETRIES = 2  # more passes over the cells that failed, each resuming from their checkpoints
 from ragen2.run_dir import checkpoints_dir
 
 
@@ -93,6 +95,12 @@ def run(args) -> int:
     with make_display([c.name for c in cells], f"ragen2 bench {suite.name}",
                       live=False if args.plain else None) as display:
         statuses = runner.run_cells(cells, run_one, display, suite.keep_final_checkpoint)
+        for _ in range(FAILED_CELL_RETRIES):  # from the cell's newest checkpoint: a kill for memory need not recur
+            again = {name for name, status in statuses.items() if status == "failed"}
+            if not again:
+                break
+            print(f"retrying {len(again)} failed cell(s) from their checkpoints", file=sys.stderr)
+            statuses.update(runner.run_cells(cells, run_one, display, suite.keep_final_checkpoint, only=again))
     failed = [name for name, status in statuses.items() if status == "failed"]
     elsewhere = [name for name, status in statuses.items() if status == "elsewhere"]
     if not args.no_report:

@@ -221,6 +221,30 @@ def test_a_crashing_worker_process_is_recorded_with_its_reason(tmp_path):
     assert "Traceback" in (cell.run_dir / runner.CELL_LOG).read_text()
 
 
+def test_the_cli_retries_a_failed_cell_from_its_checkpoint_and_gives_up_after_three_tries(tmp_path, monkeypatch,
+                                                                                          capsys):
+    tries = {}
+
+    def flaky(cell, on_progress, **options):  # the first try of every cell is killed; snr-top-p never recovers
+        tries[cell.name] = tries.get(cell.name, 0) + 1
+        if tries[cell.name] == 1 or "snr-top-p" in cell.name:
+            raise runner.CellFailed("killed by signal 9 (out of memory?)")
+        fake_cell([])(cell, on_progress)
+
+    monkeypatch.setattr(runner, "in_process_cell", flaky)
+    data = {"name": "t", "seeds": [0], "overrides": [*TINY, "trainer.total_steps=2"],
+            "matrices": [{"name": "m", "algos": ["grpo"], "filters": ["none", "snr-top-p"], "envs": [None]}]}
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump(data))
+    out = tmp_path / "bench"
+    code = main(["bench", str(tmp_path / "t.yaml"), "--out", str(out), "--in-process", "--plain", "--no-report"])
+    assert code == 1 and tries == {"bandit--grpo--none--s0": 2, "bandit--grpo--snr-top-p--s0": 3}
+    assert runner.read_state(out / "runs" / "bandit--grpo--none--s0")["status"] == "done"
+    assert runner.read_state(out / "runs" / "bandit--grpo--snr-top-p--s0")["attempts"] == 3
+    err = capsys.readouterr().err
+    assert "retrying 2 failed cell(s) from their checkpoints" in err and "retrying 1 failed cell(s)" in err
+    assert "1 cell(s) failed: bandit--grpo--snr-top-p--s0" in err
+
+
 def test_cli_runs_a_suite_in_process_then_reports(tmp_path, tiny_model_dir, capsys):
     torch.set_num_threads(1)
     data = {"name": "tiny", "seeds": [0], "overrides": [*TINY, "trainer.total_steps=1"],
