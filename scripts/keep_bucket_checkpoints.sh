@@ -3,8 +3,9 @@
 # multi-turn suite before its runner deletes a finished cell's checkpoints: the middle and end
 # checkpoints that scripts/gradient_buckets.py reads (the start is the warm start). Not committed;
 # run beside the suite on the machine that runs it: nohup scripts/keep_bucket_checkpoints.sh &
-suite=/work/main/docs/experiments/warm-start-frozen-lake/runs
-keep=/work/main/runs/grad-buckets
+cd "$(dirname "$0")/.."
+suite=docs/experiments/warm-start-frozen-lake/runs
+keep=runs/grad-buckets
 while true; do
   left=0
   for seed in 0 1 2; do
