@@ -224,7 +224,7 @@ def matrix_table(matrix: str, cells: list[dict], stats: dict, published: str | N
 
 
 def markdown(manifest: dict, results: list[dict], stats: dict, plots: list[Path], compared: list[dict] = (),
-             equal_budgets: list[str] = ()) -> str:
+             equal_budgets: list[str] = (), gains: list[dict] = ()) -> str:
     cells = manifest["cells"]
     published = manifest.get("published")
     lines = [f"# Bench `{manifest['suite']}`", ""]
@@ -251,6 +251,7 @@ def markdown(manifest: dict, results: list[dict], stats: dict, plots: list[Path]
         lines += matrix_table(matrix, cells, stats, published)
         lines.append("")
         lines += comparisons_lib.comparison_lines(matrix, list(compared))
+        lines += comparisons_lib.gain_lines(matrix, list(gains))
     if published:
         lines += [f"Published rows: {PUBLISHED[published]['source']}, {PUBLISHED[published]['metric']}; "
                   "a different model and scale from ours unless the suite ran the paper's setting.", ""]
@@ -291,6 +292,7 @@ def build_report(out: Path, with_plots: bool = True) -> dict:
     equal_budgets = manifest.get("suite_data", {}).get("equal_budgets", [])
     compared = comparisons_lib.compare(manifest["cells"], results, equal_budgets)
     warnings = comparisons_lib.warnings(compared)
+    gains = comparisons_lib.gains_over_start(manifest["cells"], results)
     with (out / "results.csv").open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=COLUMNS)
         writer.writeheader()
@@ -299,12 +301,13 @@ def build_report(out: Path, with_plots: bool = True) -> dict:
         "suite": manifest["suite"], "published": manifest.get("published"), "cells": results,
         "aggregated": [{"matrix": k[0], "env": k[1], "row": k[2], "treatment": k[3], **v}
                        for k, v in stats.items()],
-        "equal_budgets": equal_budgets, "comparisons": compared, "budget_warnings": warnings}, indent=1))
+        "equal_budgets": equal_budgets, "comparisons": compared, "budget_warnings": warnings,
+        "gains_over_start": gains}, indent=1))
     plots = []
     if with_plots and any(r["status"] == "done" for r in results):
         plots = plot_envs(out / "plots", manifest["cells"], results)
     report = out / "report.md"
-    report.write_text(markdown(manifest, results, stats, plots, compared, equal_budgets))
+    report.write_text(markdown(manifest, results, stats, plots, compared, equal_budgets, gains))
     return {"csv": out / "results.csv", "json": out / "results.json", "markdown": report, "plots": plots,
             "warnings": warnings}
 

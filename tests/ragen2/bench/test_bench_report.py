@@ -249,3 +249,24 @@ def test_arms_that_sampled_different_budgets_are_also_compared_at_equal_episodes
     assert matched["episodes"] == {"0": 8.0, "1": 8.0} and matched["differences"] == pytest.approx([0.05, 0.0])
     assert "| sokoban | ppo | ragen2-main − none | 2 | +2.5 |" in episodes
     assert "| countdown |" not in episodes.split("## Every cell")[0]  # equal budgets there: one basis
+
+
+def test_each_arms_gain_over_the_start_is_paired_over_seeds_with_its_rate_per_cell_hour(bench):
+    # the untrained model validated at 0.05 (seed 0) and 0.15 (seed 1) in the ppo/sokoban cells
+    for seed, before in ((0, 0.05), (1, 0.15)):
+        for arm in ("none", "ragen2-main"):
+            run = bench / "runs" / f"sokoban--ppo--{arm}--s{seed}"
+            (run / "bench_val_before.json").write_text(json.dumps({"val/success_rate": before}))
+    paths = build_report(bench, with_plots=False)
+    gains = json.loads(paths["json"].read_text())["gains_over_start"]
+    assert [(g["env"], g["row"], g["arm"]) for g in gains] == [("sokoban", "ppo", "none"),
+                                                              ("sokoban", "ppo", "ragen2-main")]
+    none, main_filter = gains
+    # final: none 0.10 / 0.20, ragen2-main 0.30 / 0.40; so gains 0.05 twice and 0.25 twice
+    assert none["n"] == 2 and none["mean"] == pytest.approx(0.05) and none["before_mean"] == pytest.approx(0.10)
+    assert main_filter["mean"] == pytest.approx(0.25) and main_filter["after_mean"] == pytest.approx(0.35)
+    hours = (30.0 + 31.0) / 2 / 3600  # the cells' wall times: 30 s and 31 s
+    assert none["cell_hours_mean"] == pytest.approx(hours)
+    assert none["gain_per_cell_hour"] == pytest.approx(0.05 / hours)
+    report = paths["markdown"].read_text()
+    assert "Gain over the start" in report and "| sokoban | ppo | ragen2-main | 2 | 10.0 | 35.0 | +25.0 |" in report
