@@ -29,6 +29,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import torch
+from transformers import AutoConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ragen2 import models as model_lib  # noqa: E402
@@ -81,9 +82,9 @@ def main() -> int:
     tokenizer = model_lib.load_tokenizer(model_lib.resolve_model_source(cfg.model.name))
     batch = demo_rows(demos, tokenizer, cfg)
     lengths = batch.attention_mask.sum(1)
-    config = model_lib.load_policy(model_lib.resolve_model_source(cfg.model.name)).config  # its attention cost
+    config = AutoConfig.from_pretrained(model_lib.resolve_model_source(cfg.model.name))  # shapes, no weights
+    attention = prefix_lib.attention_cost(SimpleNamespace(config=config))  # as the engine's passes estimate it
     hidden, kv = config.hidden_size, config.num_key_value_heads * config.hidden_size // config.num_attention_heads
-    attention = 4 * hidden / (2 * (2 * hidden * hidden + 2 * hidden * kv + 3 * hidden * config.intermediate_size))
     steps = [torch.arange(start, start + args.per_step) for start in range(0, len(demos) - args.per_step + 1,
                                                                            args.per_step)]
     own = sum(int(lengths[rows].sum()) for rows in steps)

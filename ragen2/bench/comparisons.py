@@ -83,12 +83,10 @@ def equal_episode_values(a: dict[int, dict], b: dict[int, dict]) -> tuple[dict, 
     return values[0], values[1], budget
 
 
-def compare(cells: list[dict], results: list[dict], equal_budgets: list[str] = (),
-            metric: str = COMPARED) -> list[dict]:
-    """Every pair of arms within (matrix, env, row): `metric` of arm b − arm a over paired seeds,
-    and the declared budgets they spent unequally."""
+def arm_groups(cells: list[dict], results: list[dict]):
+    """Each table row of each env of each matrix: (matrix, env, row, its arms in order, and per arm
+    {seed: result} of the cells that finished)."""
     done = {r["name"]: r for r in results if r["status"] == "done"}
-    comparisons = []
     for matrix in dict.fromkeys(c["matrix"] for c in cells):
         arms = arms_in_order(cells, matrix)
         mine = [c for c in cells if c["matrix"] == matrix]
@@ -97,19 +95,28 @@ def compare(cells: list[dict], results: list[dict], equal_budgets: list[str] = (
             present = [arm for arm in arms if any(c["treatment"] == arm for c in here)]
             by_arm = {arm: {c["seed"]: done[c["name"]] for c in here if c["treatment"] == arm and c["name"] in done}
                       for arm in present}
-            for a, b in itertools.combinations(present, 2):
-                stats = paired_comparison({s: r[metric] for s, r in by_arm[a].items()},
-                                          {s: r[metric] for s, r in by_arm[b].items()})
-                comparisons.append({"matrix": matrix, "env": env, "row": row, "a": a, "b": b, "metric": metric,
-                                    "basis": "equal_steps", **stats,
-                                    "budget_differences": budget_differences(by_arm[a], by_arm[b],
-                                                                             list(equal_budgets))})
-                matched = equal_episode_values(by_arm[a], by_arm[b]) if metric == COMPARED else None
-                if matched is not None:  # the budgets differ by design here: no budget warnings
-                    comparisons.append({"matrix": matrix, "env": env, "row": row, "a": a, "b": b,
-                                        "metric": AT_EQUAL_EPISODES, "basis": "equal_episodes",
-                                        **paired_comparison(matched[0], matched[1]), "episodes": matched[2],
-                                        "budget_differences": []})
+            yield matrix, env, row, present, by_arm
+
+
+def compare(cells: list[dict], results: list[dict], equal_budgets: list[str] = (),
+            metric: str = COMPARED) -> list[dict]:
+    """Every pair of arms within (matrix, env, row): `metric` of arm b − arm a over paired seeds,
+    and the declared budgets they spent unequally."""
+    comparisons = []
+    for matrix, env, row, present, by_arm in arm_groups(cells, results):
+        for a, b in itertools.combinations(present, 2):
+            stats = paired_comparison({s: r[metric] for s, r in by_arm[a].items()},
+                                      {s: r[metric] for s, r in by_arm[b].items()})
+            comparisons.append({"matrix": matrix, "env": env, "row": row, "a": a, "b": b, "metric": metric,
+                                "basis": "equal_steps", **stats,
+                                "budget_differences": budget_differences(by_arm[a], by_arm[b],
+                                                                         list(equal_budgets))})
+            matched = equal_episode_values(by_arm[a], by_arm[b]) if metric == COMPARED else None
+            if matched is not None:  # the budgets differ by design here: no budget warnings
+                comparisons.append({"matrix": matrix, "env": env, "row": row, "a": a, "b": b,
+                                    "metric": AT_EQUAL_EPISODES, "basis": "equal_episodes",
+                                    **paired_comparison(matched[0], matched[1]), "episodes": matched[2],
+                                    "budget_differences": []})
     return comparisons
 
 
@@ -117,27 +124,22 @@ def gains_over_start(cells: list[dict], results: list[dict]) -> list[dict]:
     """Per arm: final validation success − validation of the untrained (or warm-started) model on the
     same instances (the suite's validate_before), paired over the seeds that have both, and that gain
     per hour of the cells' wall time (a cell run with one torch thread keeps about one core busy)."""
-    done = {r["name"]: r for r in results if r["status"] == "done"}
     gains = []
-    for matrix in dict.fromkeys(c["matrix"] for c in cells):
-        mine = [c for c in cells if c["matrix"] == matrix]
-        for env, row in dict.fromkeys((c["env"], c["row"]) for c in mine):
-            here = [c for c in mine if (c["env"], c["row"]) == (env, row)]
-            for arm in arms_in_order(here, matrix):
-                rows = {c["seed"]: done[c["name"]] for c in here if c["treatment"] == arm and c["name"] in done}
-                rows = {s: r for s, r in rows.items()
-                        if r["val_success_before"] is not None and r["final_val_success"] is not None}
-                if not rows:
-                    continue
-                stats = paired_comparison({s: r["val_success_before"] for s, r in rows.items()},
-                                          {s: r["final_val_success"] for s, r in rows.items()})
-                hours = [r["wall_s"] / 3600 for r in rows.values() if r["wall_s"]]
-                mean_hours = sum(hours) / len(hours) if hours else None
-                gains.append({"matrix": matrix, "env": env, "row": row, "arm": arm, **stats,
-                              "before_mean": sum(r["val_success_before"] for r in rows.values()) / len(rows),
-                              "after_mean": sum(r["final_val_success"] for r in rows.values()) / len(rows),
-                              "cell_hours_mean": mean_hours,
-                              "gain_per_cell_hour": (stats["mean"] / mean_hours if mean_hours else None)})
+    for matrix, env, row, present, by_arm in arm_groups(cells, results):
+        for arm in present:
+            rows = {s: r for s, r in by_arm[arm].items()
+                    if r["val_success_before"] is not None and r["final_val_success"] is not None}
+            if not rows:
+                continue
+            before = {s: r["val_success_before"] for s, r in rows.items()}
+            after = {s: r["final_val_success"] for s, r in rows.items()}
+            stats = paired_comparison(before, after)
+            hours = [r["wall_s"] / 3600 for r in rows.values() if r["wall_s"]]
+            mean_hours = sum(hours) / len(hours) if hours else None
+            gains.append({"matrix": matrix, "env": env, "row": row, "arm": arm, **stats,
+                          "before_mean": sum(before.values()) / len(rows), "after_mean": sum(after.values()) / len(rows),
+                          "cell_hours_mean": mean_hours,
+                          "gain_per_cell_hour": (stats["mean"] / mean_hours if mean_hours else None)})
     return gains
 
 

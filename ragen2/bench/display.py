@@ -15,8 +15,7 @@ from rich.live import Live
 from rich.table import Table
 
 STATUS_STYLE = {"queued": "dim", "running": "bold yellow", "done": "green", "failed": "bold red",
-                "interrupted": "magenta", "elsewhere": "cyan",
-                "other-commit": "yellow"}
+                "interrupted": "magenta", "elsewhere": "cyan", "other-commit": "yellow"}
 
 
 @dataclass

@@ -13,9 +13,9 @@ from ragen2.bench.suite import SuiteError, expand, key_settings, load_suite
 from ragen2.bench.worker import EngineUnavailable, openrlhf_run
 from ragen2.commands import COMMANDS
 from ragen2.config import ConfigError
+from ragen2.run_dir import checkpoints_dir
 
 FAILED_CELL_RETRIES = 2  # more passes over the cells that failed, each resuming from their checkpoints
-from ragen2.run_dir import checkpoints_dir
 
 
 def add_parser(subparsers) -> None:
