@@ -1,24 +1,26 @@
-"""How much exact packing can save `ragen2 sft` on a demos file: decoder tokens fed per step, counted
-(no model runs), under today's shared-prefix micro-batches and two bounds; prints JSON.
+"""How much exact packing saves `ragen2 sft` on a demos file: decoder tokens fed per step, counted
+(no model runs), for its padding-free passes and its padded shared-prefix ones; prints JSON.
 
     python benchmarks/sft_packing_ceiling.py [--demos runs/calibration/frozen_lake-grounded.jsonl]
         [--rows 64] [--per-step 8] [--micro 1 2 3 4] [--out docs/benchmarks/sft_packing_ceiling.json]
 
 Issue 49 item 4 asks `ragen2 sft` to run at least 1.5x TRL's SFTTrainer with shared-prefix packing
 as the lever. The work a step does is proportional to the tokens its passes feed the decoder (plus
-the LM head on the positions it projects, the same trained tokens on both sides once TRL's
-every-position head is set aside). This counts, for the steps `ragen2 sft` takes (`--per-step`
-demos each):
+the LM head on the positions it projects). This counts, for the steps `ragen2 sft` takes
+(`--per-step` demos each):
 - `own`: every row's own tokens, no padding and no sharing (TRL at one row a micro-batch);
-- `today`: what `shared_prefix.micro_batches` feeds at each `--micro` (rows sharing a prefix run it
-  once; the suffixes of a pass are padded to its longest; `fed_tokens`, masked attention included);
-- `by_length`: the same cut after ordering the step's rows by length (less suffix padding);
-- `padding_free`: the common prefix once per step plus every row's own suffix, the floor for any
-  exact packing (attention that costs nothing for masked pairs, which CPU attention does not give).
+- `padding_free`: what `sft_step` feeds with sft.padding_free (its default) at each `--micro`: the
+  step's common prefix once (`shared_prefix.EncodedPrefix`), then each micro-batch as one unpadded
+  sequence (`shared_prefix.micro_batches` with `padding_free` and `skip`, `fed_tokens`);
+- `padded`: with sft.padding_free=false, the padded shared-prefix passes (optim.shared_prefix: rows
+  sharing a prefix run it once, the suffixes of a pass padded to its longest);
+- `prefix_once`: the step's common prefix once plus every row's own suffix whole (what
+  one-row micro-batches feed padding-free; rows of one micro-batch that share more feed less).
 The speedup over TRL at one row a micro-batch is then predicted from multiply-accumulates per
 token: TRL runs the decoder and the LM head on its `own` tokens; ragen2 the decoder on what it
-feeds and the head on the trained (assistant) tokens alone. Measured steps fall short of these
-predictions (docs/benchmarks/sft_vs_trl.json: 1.10x measured where `today` predicts more).
+feeds and the head on the trained (assistant) tokens alone. Attention is not counted (it grows
+with the keys each token reads, about the same on both sides), so measured steps
+(benchmarks/sft_vs_trl.py) can fall short of these predictions.
 """
 
 from __future__ import annotations
@@ -44,24 +46,18 @@ def common_prefix(input_ids: torch.Tensor, rows: torch.Tensor, lengths: torch.Te
     return int(same.cumprod(0).sum())
 
 
-def fed(batch, rows: torch.Tensor, micro: int, attention: float, order=None) -> int:
+def fed(batch, rows: torch.Tensor, micro: int, attention: float, padding_free: bool) -> int:
+    """Decoder tokens one sft_step over `rows` feeds (see sft.sft_step and sft.step_prefix)."""
     lengths = batch.attention_mask.sum(1)
-    if order is not None:
-        original, prefix_lib.packing_order = prefix_lib.packing_order, order
-    try:
-        parts = prefix_lib.micro_batches(batch, rows, micro, attention=attention)
-    finally:
-        if order is not None:
-            prefix_lib.packing_order = original
-    total = 0
+    skip = prefix_lib.step_prefix_length(batch, rows) if padding_free else 0
+    parts = prefix_lib.micro_batches(batch, rows, micro, attention=attention,
+                                     padding_free=prefix_lib.PaddingFree(skip) if padding_free else None)
+    total = skip
     for part in parts:
         width = int(lengths[part].max())
-        total += prefix_lib.fed_tokens(batch.input_ids[part, :width], batch.attention_mask[part, :width], attention)
+        total += prefix_lib.fed_tokens(batch.input_ids[part, skip:width], batch.attention_mask[part, skip:width],
+                                       attention, padding_free)
     return total
-
-
-def by_length(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    return torch.argsort(attention_mask.sum(1), stable=True)
 
 
 def main() -> int:
@@ -89,13 +85,13 @@ def main() -> int:
                                                                            args.per_step)]
     own = sum(int(lengths[rows].sum()) for rows in steps)
     prefixes = [common_prefix(batch.input_ids, rows, lengths) for rows in steps]
-    padding_free = sum(p + int((lengths[rows] - p).sum()) for p, rows in zip(prefixes, steps))
+    prefix_once = sum(p + int((lengths[rows] - p).sum()) for p, rows in zip(prefixes, steps))
     settings = []
     for micro in args.micro:
-        today = sum(fed(batch, rows, micro, attention) for rows in steps)
-        sorted_ = sum(fed(batch, rows, micro, attention, by_length) for rows in steps)
-        settings.append({"micro_batch": micro, "today_fed_over_own": round(today / own, 3),
-                         "by_length_fed_over_own": round(sorted_ / own, 3)})
+        packed = sum(fed(batch, rows, micro, attention, padding_free=True) for rows in steps)
+        padded = sum(fed(batch, rows, micro, attention, padding_free=False) for rows in steps)
+        settings.append({"micro_batch": micro, "padding_free_fed_over_own": round(packed / own, 3),
+                         "padded_fed_over_own": round(padded / own, 3)})
     body = config.num_hidden_layers * (2 * hidden * hidden + 2 * hidden * kv + 3 * hidden * config.intermediate_size)
     head = hidden * config.vocab_size
     trained = sum(int(batch.response_mask[rows].sum()) for rows in steps)
@@ -110,15 +106,12 @@ def main() -> int:
         "row_tokens_min_max": [int(lengths.min()), int(lengths.max())],
         "common_prefix_tokens_mean": round(sum(prefixes) / len(prefixes), 1),
         "own_tokens": own, "settings": settings,
-        "padding_free_fed_over_own": round(padding_free / own, 3),
-        "decoder_speedup_ceiling_padding_free": round(own / padding_free, 3),
-        "best_today_decoder_speedup": round(1 / min(s["today_fed_over_own"] for s in settings), 3),
-        "best_by_length_decoder_speedup": round(1 / min(s["by_length_fed_over_own"] for s in settings), 3),
+        "prefix_once_fed_over_own": round(prefix_once / own, 3),
         "macs_per_token": {"decoder": body, "lm_head": head}, "trained_tokens": trained,
         "predicted_speedup_over_trl": {
-            "today_best": predicted(min(s["today_fed_over_own"] for s in settings)),
-            "by_length_best": predicted(min(s["by_length_fed_over_own"] for s in settings)),
-            "padding_free": predicted(padding_free / own)},
+            "padding_free": {str(s["micro_batch"]): predicted(s["padding_free_fed_over_own"]) for s in settings},
+            "padded": {str(s["micro_batch"]): predicted(s["padded_fed_over_own"]) for s in settings},
+            "prefix_once": predicted(prefix_once / own)},
         "code": code_version(), "machine": machine_info(with_torch=True),
     }
     emit_report(report, args.out)

@@ -11,10 +11,12 @@ Same work on both sides (issue 49 item 4):
 - model: the bundled SmolLM2-135M-Instruct, fp32, CPU, one copy per side, both loaded by ragen2's
   loader (same weights, same attention implementation), no gradient checkpointing;
 - step: one AdamW step (lr 5e-5, betas 0.9/0.999, no weight decay, clip 1.0) over all N demos, in
-  micro-batches of `--micro` rows, the same on both sides (ragen2: optim.micro_batch_size, its
-  default 1, a memory budget of that many longest rows within which rows sharing a prefix pack
-  into one pass, optim.shared_prefix; TRL: per_device_train_batch_size, padded to the longest
-  row, with gradient accumulation over the rest);
+  micro-batches of `--micro` rows, the same on both sides (ragen2: optim.micro_batch_size, a
+  memory budget of that many longest rows; with sft.padding_free, its default, the tokens all the
+  step's rows start with are encoded once for the step and each micro-batch runs as one unpadded
+  sequence, its rows' shared prompts once; `--no-padding-free`: optim.shared_prefix's padded
+  passes. TRL: per_device_train_batch_size, padded to the longest row, with gradient accumulation
+  over the rest; `--trl-padding-free`: TRL's padding_free=True, one flattened row);
 - loss: token-mean NLL of the assistant tokens: ragen2's rollout response mask; TRL's
   assistant_only_loss with `ragen2.integrations.trl.sft.training_chat_template`, which marks the
   same tokens (tests/ragen2/integrations/test_trl_sft.py). Both sides' first-step losses are in
@@ -73,6 +75,7 @@ def ours_setup(path: Path, args, micro: int):
     flags = SimpleNamespace(demos=str(path), model="bundled", out=None, seed=None, steps=1 + args.repeats, overrides=[
         "model.dtype=float32", "model.device=cpu", f"sft.batch_episodes={len(demos)}", "sft.warmup_steps=0",
         f"optim.micro_batch_size={micro}", f"optim.shared_prefix={str(not args.no_shared_prefix).lower()}",
+        f"sft.padding_free={str(not args.no_padding_free).lower()}",
         "optim.grad_clip=1.0", "optim.weight_decay=0.0"])
     cfg = compose(flags, demos)
     models = sft.build_policy(cfg)
@@ -93,7 +96,7 @@ def trl_setup(path: Path, args, micro: int, cfg, folder: Path, callback):
     data = load_dataset("json", data_files=str(path), split="train", cache_dir=str(folder / "cache"))
     config = SFTConfig(
         output_dir=str(folder / "trl"), use_cpu=True, bf16=False, fp16=False, gradient_checkpointing=False, seed=0,
-        assistant_only_loss=True, max_length=None, per_device_train_batch_size=micro,
+        assistant_only_loss=True, max_length=None, per_device_train_batch_size=micro, padding_free=args.trl_padding_free,
         gradient_accumulation_steps=len(data) // micro, learning_rate=cfg.sft.lr, lr_scheduler_type="constant",
         warmup_steps=0, weight_decay=0.0, adam_beta1=0.9, adam_beta2=0.999, max_grad_norm=1.0,
         max_steps=1 + args.repeats, logging_steps=1, save_strategy="no", report_to="none", disable_tqdm=True)
@@ -132,12 +135,16 @@ def ragen2_decoder_tokens(rows, all_rows: list[int], cfg, models) -> int:
     """Decoder positions of one ragen2 sft step: its micro-batches as sft_step forms them."""
     from ragen2 import shared_prefix as prefix_lib
 
-    ids, attn, mask, index = rows.input_ids, rows.attention_mask, rows.response_mask, torch.tensor(all_rows)
-    if not cfg.optim.shared_prefix:
+    ids, attn, index = rows.input_ids, rows.attention_mask, torch.tensor(all_rows)
+    padding_free = cfg.sft.padding_free and prefix_lib.padding_free_supported(models.policy.get_decoder())
+    if not (cfg.optim.shared_prefix or padding_free):
         return sum(int(attn[part].sum(dim=1).max()) * len(part) for part in index.split(cfg.optim.micro_batch_size))
     attention = prefix_lib.attention_cost(models.policy)
-    parts = prefix_lib.micro_batches(ids, attn, mask, index, cfg.optim.micro_batch_size, attention=attention)
-    return sum(prefix_lib.fed_tokens(ids[part], attn[part], attention) for part in parts)
+    skip = prefix_lib.step_prefix_length(rows, index) if padding_free else 0  # encoded once a step (sft.step_prefix)
+    parts = prefix_lib.micro_batches(rows, index, cfg.optim.micro_batch_size, attention=attention,
+                                     padding_free=prefix_lib.PaddingFree(skip) if padding_free else None)
+    return skip + sum(prefix_lib.fed_tokens(ids[part, skip:], attn[part, skip:], attention, padding_free)
+                      for part in parts)
 
 
 def shared_prefix_tokens(rows) -> int:
@@ -213,6 +220,10 @@ def main() -> tuple[dict, str | None]:
     parser.add_argument("--repeats", type=int, default=2, help="timed steps per side after one warm-up each")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (a shared machine: 1)")
     parser.add_argument("--no-shared-prefix", action="store_true", help="ragen2 with optim.shared_prefix=false")
+    parser.add_argument("--no-padding-free", action="store_true", help="ragen2 with sft.padding_free=false")
+    parser.add_argument("--trl-padding-free", action="store_true",
+                        help="TRL with padding_free=True (one flattened row a micro-batch; transformers masks "
+                             "the rows apart from the position ids)")
     parser.add_argument("--out", default=None, help="also write the JSON here (docs/benchmarks/sft_vs_trl.json)")
     args = parser.parse_args()
     if any(args.demos % micro for micro in args.micro):
@@ -236,7 +247,8 @@ def main() -> tuple[dict, str | None]:
         "command": "python " + " ".join(["benchmarks/sft_vs_trl.py", *sys.argv[1:]]),
         "work": {"env": args.env, "reasoning": args.reasoning, "demos_per_step": args.demos,
                  "model": "SmolLM2-135M-Instruct (bundled) fp32 CPU", "optimizer": "AdamW lr 5e-5, clip 1.0",
-                 "ragen2_shared_prefix": not args.no_shared_prefix, "timed_steps_per_side": args.repeats},
+                 "ragen2_shared_prefix": not args.no_shared_prefix, "ragen2_padding_free": not args.no_padding_free,
+                 "trl_padding_free": args.trl_padding_free, "timed_steps_per_side": args.repeats},
         "settings": settings,
         "speedup_at_the_same_micro_batch": same_micro,
         "fastest_micro_batch": {side: fastest[side]["micro_batch"] for side in fastest},

@@ -236,6 +236,14 @@ class SFTSection(Section):
     lr: float = Field(5e-5, gt=0.0)  # AdamW learning rate (constant after the warm-up)
     warmup_steps: int = Field(5, ge=0)  # linear learning-rate warm-up from lr / (warmup_steps + 1)
     max_demos: int = Field(0, ge=0)  # use only the file's first N demos; 0 = all (an early stop on purpose)
+    # The tokens all of a step's rows start with (the system prompt) are encoded once for the step,
+    # then each micro-batch runs as one unpadded sequence, rows sharing more still once
+    # (ragen2/shared_prefix: EncodedPrefix, padding_free_hidden_states), as many rows as
+    # optim.micro_batch_size longest rows' memory holds. Demos of 1 to 5 turns differ in length
+    # several-fold, so padded passes compute much padding. Same numbers to float rounding. Models
+    # whose attention is not ragen2's (ragen2.attention) run the padded passes; under gradient
+    # checkpointing (whose layers drop the cache) the step's prefix is not encoded apart
+    padding_free: bool = True
 
 
 class Config(Section):

@@ -22,13 +22,16 @@ def padded_width(attention_mask: torch.Tensor) -> int:
 
 
 def policy_log_probs(model: nn.Module, tokens: TokenRows, temperature: float = 1.0, with_entropy: bool = False,
-                     shared_prefix: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+                     shared_prefix: bool = False,
+                     padding_free: prefix_lib.PaddingFree | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-prob (and entropy) of every sampled token, 0 elsewhere; [B, T]. `tokens`: the rows'
     input_ids, attention_mask and response_mask (a TokenRows, a rollout batch, the update's inputs).
 
     The LM head runs only on the hidden states that predict sampled tokens: on a multi-turn
     row most positions are prompt or env text, and the vocabulary projection dominates.
-    `shared_prefix`: rows sharing a prompt encode it once (ragen2/shared_prefix).
+    `shared_prefix`: rows sharing a prompt encode it once (ragen2/shared_prefix); `padding_free`:
+    the rows run as one unpadded sequence, shared prompts once (shared_prefix.padding_free_hidden_states),
+    after their first tokens when those are encoded once for a whole step (shared_prefix.PaddingFree).
     """
     input_ids, attention_mask, response_mask = tokens.input_ids, tokens.attention_mask, tokens.response_mask
     batch, seq_len = input_ids.shape
@@ -41,7 +44,8 @@ def policy_log_probs(model: nn.Module, tokens: TokenRows, temperature: float = 1
     predicts = response_mask[:, 1:width].bool()  # hidden state t-1 predicts token t
     targets = ids[:, 1:][predicts]
     with precision.autocast(model):  # matmuls in the model's compute dtype; the head's softmax in fp32
-        hidden = prefix_lib.hidden_states(model.get_decoder(), ids, attn, shared_prefix)[:, :-1][predicts]
+        hidden = prefix_lib.hidden_states(model.get_decoder(), ids, attn, shared_prefix, padding_free)
+        hidden = hidden[:, :-1][predicts]
         # Without gradient a packed shared-prefix pass holds more rows than a plain one: project
         # them in chunks, so the [positions, vocabulary] logits stay as small as a plain pass's.
         chunk = HEAD_CHUNK if shared_prefix and not torch.is_grad_enabled() else max(1, hidden.shape[0])

@@ -199,22 +199,30 @@ class _GradientCapture(torch.optim.SGD):
         self.grads = [p.grad.detach().clone() for p in self.param_groups[0]["params"]]
 
 
-def test_sft_trains_the_nll_through_the_actor_loss_builder(single_thread):
+@pytest.mark.parametrize("padding_free", [False, True])
+def test_sft_trains_the_nll_through_the_actor_loss_builder(single_thread, padding_free):
     # sft_step takes its loss from the actor's one builder (learner.actor_loss) at advantage 1 and
-    # ratio 1: the gradient it steps with must be the token-mean NLL's, and `sft/loss` the NLL.
+    # ratio 1: the gradient it steps with must be the token-mean NLL's, and `sft/loss` the NLL,
+    # whether its micro-batches are padded or packed after a step prefix encoded once.
+    import dataclasses
+
+    from ragen2 import shared_prefix as prefix_lib
     from ragen2.algos import losses
+    from ragen2.attention import use_grouped_sdpa
     from ragen2.engines.local import learner
     from ragen2.engines.local.sft import SFT_LOSS, sft_step
+    from tests.ragen2.engines.local.test_shared_prefix import FedTokens
     from tests.tiny import tiny_llama
 
     tokenizer = build_tiny_tokenizer()
     cfg = load_config(env="frozen_lake", overrides=["rollout.max_new_tokens=400", "rollout.max_context_tokens=8192",
-                                                    "optim.micro_batch_size=2", "optim.grad_clip=1e9"])
+                                                    "optim.micro_batch_size=2", "optim.grad_clip=1e9",
+                                                    f"sft.padding_free={str(padding_free).lower()}"])
     demos = [demos_lib.render_demo(_spec("frozen_lake", "grounded"), seed, 0, "grounded") for seed in range(4)]
     rows = demo_rows(demos, tokenizer, cfg)
-    policy = tiny_llama(tokenizer, seed=1)
+    policy = use_grouped_sdpa(tiny_llama(tokenizer, seed=1))
     policy.train()
-    log_probs, _ = learner.policy_log_probs(policy, rows, shared_prefix=cfg.optim.shared_prefix)
+    log_probs, _ = learner.policy_log_probs(policy, rows, shared_prefix=False)
     nll = losses.sft_loss(log_probs, rows.response_mask)
     nll.backward()
     expected = [p.grad.detach().clone() for p in policy.parameters()]
@@ -222,14 +230,19 @@ def test_sft_trains_the_nll_through_the_actor_loss_builder(single_thread):
 
     optimizer = _GradientCapture(policy.parameters(), lr=0.0)
     models = learner.Models(policy, tokenizer, None, None, torch.device("cpu"))
-    metrics = sft_step(models, optimizer, rows, list(range(rows.input_ids.shape[0])), cfg, step=0)
+    fed = FedTokens(policy.get_decoder())
+    every = torch.arange(rows.input_ids.shape[0])
+    metrics = sft_step(models, optimizer, rows, every.tolist(), cfg, step=0)
+    if padding_free:  # the step's common prefix once, nothing padded: the packed path ran
+        skip = prefix_lib.step_prefix_length(rows, every)
+        assert skip > 100 and fed.count <= int(rows.attention_mask.sum()) - (len(every) - 1) * skip
     assert metrics[SFT_LOSS] == pytest.approx(nll.item(), rel=1e-5) and nll.item() > 1.0  # a random model's NLL
     assert len(optimizer.grads) == len(expected)
     for mine, theirs in zip(optimizer.grads, expected):  # micro-batches sum in another order: rounding only
         torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-5 * float(theirs.abs().max()))
-    # one micro-batch, the same rows: the ratio-1 policy loss's gradient is the NLL's bit for bit
-    built = learner.actor_loss(policy, learner.ActorBatch.demonstrations(rows, torch.arange(rows.input_ids.shape[0])),
-                               learner.ActorLossSettings.supervised(cfg), {})
+    # one padded micro-batch, the same rows: the ratio-1 policy loss's gradient is the NLL's bit for bit
+    settings = dataclasses.replace(learner.ActorLossSettings.supervised(cfg), shared_prefix=False, padding_free=False)
+    built = learner.actor_loss(policy, learner.ActorBatch.demonstrations(rows, every), settings, {})
     built.terms["task"].backward()
     assert all(torch.equal(p.grad, theirs) for p, theirs in zip(policy.parameters(), expected))
 

@@ -210,6 +210,7 @@ class ActorLossSettings:
 
     temperature: float  # the sampling temperature the log-probs are taken at
     shared_prefix: bool  # optim.shared_prefix: rows sharing a prompt encode it once
+    padding_free: bool  # the rows run as one unpadded sequence (sft.padding_free; the RL update pads)
     with_entropy: bool  # an "entropy" term (and its forward cost)
     kl_as_loss: bool  # a "kl" term, when the batch has reference log-probs
     terms: dict  # clip_low, clip_high, dual_clip, agg_mode, kl_estimator
@@ -218,7 +219,7 @@ class ActorLossSettings:
     def update(cls, cfg: Config) -> ActorLossSettings:
         """The PPO update's (and the gradient decomposition's): the algo section as configured."""
         algo = cfg.algo
-        return cls(cfg.rollout.temperature, cfg.optim.shared_prefix, True, algo.kl_mode == "loss",
+        return cls(cfg.rollout.temperature, cfg.optim.shared_prefix, False, True, algo.kl_mode == "loss",
                    dict(clip_low=algo.clip_low, clip_high=algo.clip_high, dual_clip=algo.dual_clip,
                         agg_mode=algo.loss_agg, kl_estimator=algo.kl_estimator))
 
@@ -229,7 +230,7 @@ class ActorLossSettings:
         term's gradient is the token-mean NLL's (losses.sft_loss), bit for bit: SFT is the policy
         loss on demonstrations with a constant advantage."""
         algo = cfg.algo
-        return cls(1.0, cfg.optim.shared_prefix, False, False,
+        return cls(1.0, cfg.optim.shared_prefix, cfg.sft.padding_free, False, False,
                    dict(clip_low=algo.clip_low, clip_high=algo.clip_high, dual_clip=None, agg_mode="token-mean",
                         kl_estimator=algo.kl_estimator))
 
@@ -244,6 +245,7 @@ class ActorBatch:
     advantages: torch.Tensor
     old_log_probs: torch.Tensor | None = None  # None: the current ones, detached (ratio exactly 1)
     ref_log_probs: torch.Tensor | None = None
+    prefix: prefix_lib.EncodedPrefix | None = None  # the rows' first tokens, encoded once for the step (SFT)
 
     @classmethod
     def of(cls, data: UpdateInputs, rows: torch.Tensor) -> ActorBatch:
@@ -254,10 +256,11 @@ class ActorBatch:
                    pick(data.old_log_probs), pick(data.ref_log_probs))
 
     @classmethod
-    def demonstrations(cls, batch, rows: torch.Tensor) -> ActorBatch:
+    def demonstrations(cls, batch, rows: torch.Tensor, prefix: prefix_lib.EncodedPrefix | None = None) -> ActorBatch:
         """Rows `rows` of a batch of demonstrations: advantage 1 on every token, on-policy."""
         mask = batch.response_mask[rows]
-        return cls(batch.input_ids[rows], batch.attention_mask[rows], mask, torch.ones(mask.shape, device=mask.device))
+        return cls(batch.input_ids[rows], batch.attention_mask[rows], mask, torch.ones(mask.shape, device=mask.device),
+                   prefix=prefix)
 
 
 @dataclass
@@ -271,8 +274,9 @@ def actor_loss(policy: nn.Module, batch: ActorBatch, settings: ActorLossSettings
     """The one builder of the actor's loss terms: the PPO update, the gradient decomposition and
     the supervised warm start all take their loss from here. `totals`: the mini-batch's
     total_tokens / total_sequences (losses.aggregate_token_loss), or {} for the micro-batch's own."""
+    packed = prefix_lib.PaddingFree.after(batch.prefix) if settings.padding_free else None
     log_probs, entropy = policy_log_probs(policy, batch, settings.temperature, with_entropy=settings.with_entropy,
-                                          shared_prefix=settings.shared_prefix)
+                                          shared_prefix=settings.shared_prefix, padding_free=packed)
     old = batch.old_log_probs if batch.old_log_probs is not None else log_probs.detach()
     ref = batch.ref_log_probs if settings.kl_as_loss else None
     terms, metrics = losses.actor_loss_terms(log_probs, entropy, old, batch.advantages, batch.response_mask, ref,

@@ -8,7 +8,8 @@
    mask (each turn's tokens after the prefilled tag; template, user and env text are not trained).
 2. Steps. Each optimiser step takes sft.batch_episodes rows (epoch by epoch, a permutation drawn
    from trainer.seed and the epoch, so a resumed run takes the same rows), cut into micro-batches
-   (optim.micro_batch_size; rows sharing a prefix encode it once when optim.shared_prefix), and
+   (optim.micro_batch_size; rows sharing a prefix encode it once when optim.shared_prefix, and a
+   micro-batch runs as one unpadded sequence when sft.padding_free), and
    minimises the token-mean negative log-likelihood of the masked tokens (`losses.sft_loss`).
 3. Validation is `ragen2 train`'s: the same instances (seeding.validation_seeds), temperature and
    rollout settings, at trainer.val_every, at the end, and before the first step (trainer.val_before).
@@ -35,6 +36,7 @@ from ragen2.algos import losses
 from ragen2.config import Config
 from ragen2.engines.local import checkpoint as ckpt
 from ragen2.engines.local import learner, minibatch
+from ragen2 import precision
 from ragen2 import shared_prefix as prefix_lib
 from ragen2.engines.local.interrupts import Interrupts
 from ragen2.engines.local.run import env_factory
@@ -109,6 +111,16 @@ def learning_rate(cfg: Config, step: int) -> float:
     return cfg.sft.lr * min(1.0, (step + 1) / (warm + 1))
 
 
+def step_prefix(policy, batch: RolloutBatch, rows: torch.Tensor) -> prefix_lib.EncodedPrefix | None:
+    """The tokens every row of the step starts with (the system prompt), encoded once for the step;
+    None under gradient checkpointing, whose layers drop the cache that carries it."""
+    length = prefix_lib.step_prefix_length(batch, rows)
+    if not length or not prefix_lib.supported(policy.get_decoder()):
+        return None
+    with precision.autocast(policy):
+        return prefix_lib.encode_prefix(policy.get_decoder(), batch.input_ids[rows[0], :length])
+
+
 def sft_step(models: learner.Models, optimizer: torch.optim.Optimizer, batch: RolloutBatch, rows: list[int],
              cfg: Config, step: int) -> dict[str, float]:
     """One optimiser step on `rows`: token-mean NLL of their assistant tokens, clipped, stepped.
@@ -120,17 +132,21 @@ def sft_step(models: learner.Models, optimizer: torch.optim.Optimizer, batch: Ro
     index = torch.tensor(rows)
     mask = batch.response_mask
     total = max(1, int(mask[index].sum()))
-    if cfg.optim.shared_prefix:
-        micro = prefix_lib.micro_batches(batch, index, cfg.optim.micro_batch_size,
-                                         attention=prefix_lib.attention_cost(policy))
+    packs = cfg.sft.padding_free and prefix_lib.padding_free_supported(policy.get_decoder())
+    prefix = step_prefix(policy, batch, index) if packs else None
+    if cfg.optim.shared_prefix or packs:
+        micro = prefix_lib.micro_batches(batch, index, cfg.optim.micro_batch_size, attention=prefix_lib.attention_cost(policy),
+                                         padding_free=prefix_lib.PaddingFree.after(prefix) if packs else None)
     else:
         micro = index.split(cfg.optim.micro_batch_size)
     loss_sum, settings = 0.0, learner.ActorLossSettings.supervised(cfg)
     for part in micro:
-        built = learner.actor_loss(policy, learner.ActorBatch.demonstrations(batch, part), settings,
+        built = learner.actor_loss(policy, learner.ActorBatch.demonstrations(batch, part, prefix), settings,
                                    {"total_tokens": total})
         built.terms["task"].backward()
         loss_sum += losses.sft_loss(built.log_probs.detach(), mask[part], total_tokens=total).item()
+    if prefix is not None:
+        prefix.backward()  # the micro-batches' gradients through the step's prefix, in one pass
     for group in optimizer.param_groups:
         group["lr"] = learning_rate(cfg, step)
     norm = minibatch.clip_grad(policy, cfg.optim.grad_clip)
