@@ -35,6 +35,10 @@ def rebuild_commands(result: dict, run_dir: Path) -> tuple[list[str], list[str]]
                                                                 "trainer.val_every=", "trainer.save_every="))]
     sft += [f"trainer.out={run_dir.parent}", f"trainer.run_name={run_dir.name}", "trainer.val_every=0",
             "trainer.save_every=0"]
+    if not any(a.startswith("sft.padding_free=") for a in sft):
+        # calibrated before sft.padding_free existed: its steps ran the padded passes, and the
+        # padding-free ones (today's default) round differently, so the weights would not match
+        sft.append("sft.padding_free=false")
     return shlex.split(demos_part), sft
 
 

@@ -162,6 +162,8 @@ def main() -> int:
     sft_args = ["trainer.val_before=false", f"trainer.val_groups={args.val_groups}",
                 f"trainer.val_every={args.val_every}", f"trainer.save_every={args.val_every}", "trainer.keep_last=20",
                 f"trainer.num_threads={args.threads}", *args.sft_arg]
+    if not any(a.startswith("sft.padding_free=") for a in sft_args):  # named, so a rebuild runs the same passes
+        sft_args.append("sft.padding_free=true")
     sft_cmd = ["ragen2", "sft", "--demos", str(demos), "--steps", str(args.steps), "--quiet",
                "trainer.out=" + str(args.root), "trainer.run_name=" + name, *sft_args]
     started = time.time()
