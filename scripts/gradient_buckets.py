@@ -20,7 +20,12 @@ run. The loss aggregation is the run's for both advantage types: only the advant
 Per checkpoint and advantage: `zero_variance_groups` (their count) and `zero_variance_task_norm_max`
 (each such group's task gradient taken alone: it must be at most `floor`, the bound with Var = 0),
 with `floor` = grad_vs_spread.FLOOR_RELATIVE x the median task norm of the buckets with spread (why:
-scripts/grad_vs_spread.py and docs/benchmarks/grad_floor.json).
+scripts/grad_vs_spread.py and docs/benchmarks/grad_floor.json). `zero_variance_groups_exactly_zero`
+counts those whose advantages are exactly 0.0, whose gradient is then exactly zero without a pass.
+
+Cost on a CPU: both advantage types share one forward per micro-batch (the entropy and KL terms do
+not depend on the advantage), and the output is written after each checkpoint: a rerun with the
+same run, seeds and batch shape skips the checkpoints it holds, so a long analysis survives a stop.
 """
 
 from __future__ import annotations
@@ -69,13 +74,25 @@ def load_weights(models: learner.Models, path: str) -> None:
     models.policy.load_state_dict(loaded.state_dict())
 
 
-def group_task_norm(policy, cfg, data: learner.UpdateInputs, rows: list[int]) -> float:
-    components = grad_decomp.bucket_gradients(policy, cfg, data, rows)[0]
-    return grad_lib.norm(components["task"]) if "task" in components else 0.0
+def zero_group_task_norms(policy, cfg, data: learner.UpdateInputs, rows: list[int],
+                          advantages: dict[str, torch.Tensor]) -> dict[str, float]:
+    """A zero-variance group's task-gradient norm alone, per advantage type. Where the group's
+    advantages are exactly 0.0 (mean-centring identical rewards usually is exact) the gradient is
+    exactly zero and no pass is needed; otherwise one pass gives both (float residue of the mean)."""
+    index = torch.tensor(rows)
+    if all(bool((adv[index] == 0).all()) for adv in advantages.values()):
+        return {name: 0.0 for name in advantages}
+    first, *others = advantages
+    grads = grad_decomp.bucket_gradients(policy, cfg, dataclasses.replace(data, advantages=advantages[first]), rows,
+                                         {name: advantages[name] for name in others})[0]
+    return {name: grad_lib.norm(grads["task" if name == first else f"task@{name}"]) if grads else 0.0
+            for name in advantages}
 
 
 def analyse(models: learner.Models, cfg, batch, step: int) -> list[dict]:
-    """One object per advantage type: the six buckets and the zero-variance groups, on `batch`."""
+    """One object per advantage type: the six buckets and the zero-variance groups, on `batch`.
+    One forward per micro-batch serves both advantage types (their task terms differ; the entropy
+    and KL terms do not depend on the advantage): grad_decomp's `other_advantages`."""
     batch = batch.to(models.device)
     base = learner.update_inputs(models, batch, cfg)  # old (= current) and reference log-probs, once
     stds = grad_decomp.group_reward_std(batch, cfg.filter.ddof)
@@ -84,19 +101,25 @@ def analyse(models: learner.Models, cfg, batch, step: int) -> list[dict]:
     members = {name: [groups[i] for i in idx] for name, idx in split.items()}
     rows_of = {g: [r for r, gid in enumerate(batch.group_ids.tolist()) if gid == g] for g in groups}
     zero = [g for g in groups if stds[g] == 0]
-    out = []
+    advantages = {}
     for advantage in ADVANTAGES:
         algo = cfg.algo.model_copy(update={"advantage": advantage})
-        adv, _ = compute_advantages(algo, batch, None, base.old_log_probs, base.ref_log_probs)
-        data = dataclasses.replace(base, advantages=adv)
-        metrics = grad_decomp.decompose(models.policy, cfg, batch, data, prefix="g")
+        advantages[advantage] = compute_advantages(algo, batch, None, base.old_log_probs, base.ref_log_probs)[0]
+    first, *others = ADVANTAGES
+    data = dataclasses.replace(base, advantages=advantages[first])
+    metrics = grad_decomp.decompose(models.policy, cfg, batch, data, prefix="g",
+                                    other_advantages={name: advantages[name] for name in others})
+    zero_norms = [zero_group_task_norms(models.policy, cfg, data, rows_of[g], advantages) for g in zero]
+    out = []
+    for advantage in ADVANTAGES:
+        task = "task" if advantage == first else f"task@{advantage}"
         buckets = []
         for name, gs in members.items():
             m = lambda key: metrics[f"g/{name}/{key}"]  # noqa: E731
             buckets.append({"bucket": name, "groups": len(gs),
                             "mean_variance": statistics.fmean(stds[g] ** 2 for g in gs),
                             "mean_std": statistics.fmean(stds[g] for g in gs),
-                            "tokens": m("num_tokens"), "task_norm": m("task_norm"),
+                            "tokens": m("num_tokens"), "task_norm": m(f"{task}_norm"),
                             "entropy_norm": metrics.get(f"g/{name}/entropy_scaled_norm", 0.0),
                             "kl_norm": metrics.get(f"g/{name}/kl_scaled_norm", 0.0),
                             "entropy_norm_unscaled": metrics.get(f"g/{name}/entropy_norm", 0.0),
@@ -105,10 +128,11 @@ def analyse(models: learner.Models, cfg, batch, step: int) -> list[dict]:
         # RAGEN-2's reading of its figure: the task norm rises over the buckets (those with spread)
         rising = all(a <= b for a, b in zip(with_spread, with_spread[1:])) if len(with_spread) > 1 else None
         floor = FLOOR_RELATIVE * statistics.median(with_spread) if with_spread else None
-        zero_norms = [group_task_norm(models.policy, cfg, data, rows_of[g]) for g in zero]
+        norms = [n[advantage] for n in zero_norms]
         out.append({"step": step, "advantage": advantage, "groups": len(groups),
                     "group_size": cfg.rollout.group_size, "zero_variance_groups": len(zero),
-                    "zero_variance_task_norm_max": max(zero_norms, default=None), "floor": floor,
+                    "zero_variance_task_norm_max": max(norms, default=None),
+                    "zero_variance_groups_exactly_zero": sum(n == 0.0 for n in norms), "floor": floor,
                     "task_norm_nondecreasing": rising,
                     "loss_agg": cfg.algo.loss_agg, "entropy_coef": cfg.algo.entropy_coef, "kl_coef": cfg.algo.kl_coef,
                     "buckets": buckets})
@@ -128,6 +152,15 @@ def fit(files: list[Path]) -> dict:
                          "tokens": b["tokens"]} for b in c["buckets"]
                         if b["mean_variance"] > 0 and b["task_norm"] > (c["floor"] or 0.0))
     return {adv: secondary_fit(sorted(runs.items()), floor=0.0) for adv, runs in sorted(by_advantage.items())}
+
+
+def resumed(out: Path, result: dict) -> set[int]:
+    """Steps `out` already holds for the same run, seeds and batch shape (none if it is another's)."""
+    if not out.is_file():
+        return set()
+    previous = json.loads(out.read_text())
+    same = all(previous.get(key) == result[key] for key in ("run", "seed", "analysis_seed", "groups", "group_size"))
+    return {int(c["step"]) for c in previous.get("checkpoints", [])} if same else set()
 
 
 def main(argv=None) -> int:
@@ -153,9 +186,19 @@ def main(argv=None) -> int:
     torch.manual_seed(args.seed)
     models = learner.build_models(cfg)  # the run's start model, and the same model as the KL reference
     seeds = instance_seeds([args.seed, ANALYSIS_STREAM], cfg.rollout.num_groups)
-    checkpoints = []
+    result = {"command": "python scripts/gradient_buckets.py " + " ".join(argv),
+              "run": str(args.run), "seed": cfg.trainer.seed, "analysis_seed": args.seed,
+              "groups": args.groups, "group_size": args.group_size, "cpu_threads": torch.get_num_threads(),
+              "model": cfg.model.name, "env": cfg.env.name,
+              "norms": "task: ||g_task||; entropy, kl: coefficient x norm (RAGEN-2's grad_norm/<bucket>/entropy|kl)",
+              "checkpoints": []}
+    done_steps = resumed(args.out, result)
+    result["checkpoints"] = list(json.loads(args.out.read_text())["checkpoints"]) if done_steps else []
     for item in args.checkpoint:
         step, _, path = item.partition("=")
+        if int(step) in done_steps:  # a checkpoint takes hours on a CPU: an interrupted run goes on from here
+            print(f"step {step}: in {args.out} already", file=sys.stderr)
+            continue
         if path != "start":
             load_weights(models, path)
         started = time.perf_counter()
@@ -165,12 +208,11 @@ def main(argv=None) -> int:
         done = analyse(models, cfg, batch, int(step))
         for c in done:  # what one checkpoint cost, rollout and both advantages' passes (planning runs)
             c["wall_s"] = round(time.perf_counter() - started, 1)
-        checkpoints.extend(done)
+        result["checkpoints"].extend(done)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=1))  # after each checkpoint
         print(f"step {step}: {len(batch.trajectories)} episodes analysed", file=sys.stderr)
-    result = {"command": "python scripts/gradient_buckets.py " + " ".join(argv),
-              "run": str(args.run), "seed": cfg.trainer.seed, "cpu_threads": torch.get_num_threads(), "model": cfg.model.name, "env": cfg.env.name,
-              "norms": "task: ||g_task||; entropy, kl: coefficient x norm (RAGEN-2's grad_norm/<bucket>/entropy|kl)",
-              "checkpoints": checkpoints}
+    checkpoints = result["checkpoints"]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))
     for c in checkpoints:

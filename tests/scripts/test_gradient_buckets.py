@@ -70,6 +70,9 @@ def test_six_buckets_both_advantages_and_zero_variance_groups_at_zero(tmp_path, 
         assert 0 < c["zero_variance_groups"] < 12
         # the bound with Var = 0: a flat group's task gradient is zero to rounding, under the floor
         assert c["floor"] > 0 and c["zero_variance_task_norm_max"] <= c["floor"]
+        # identical rewards mean-centre to exactly 0.0 here: no pass needed, the norm is exactly 0
+        assert c["zero_variance_groups_exactly_zero"] == c["zero_variance_groups"]
+        assert c["zero_variance_task_norm_max"] == 0.0
         for b in buckets:
             assert (b["task_norm"] > c["floor"]) == (b["mean_variance"] > 0)
             assert b["entropy_norm"] == pytest.approx(c["entropy_coef"] * b["entropy_norm_unscaled"])
@@ -109,3 +112,31 @@ def test_the_preregistered_fit_reads_one_output_per_seed(tmp_path, half_coin):
     # rewards uniform on [0, 1]: Dr.GRPO's advantages, so the task norm, grow with the group's std
     assert all(slope > 0 for slope in dr["per_seed_slope"].values())
     assert 0.0 <= dr["p_one_sided_sign"] <= 1.0 and dr["positive"] == 2
+
+
+def test_an_interrupted_analysis_goes_on_from_its_last_checkpoint(tmp_path, half_coin):
+    """A checkpoint costs hours on a CPU: the output is written after each one, and a rerun with
+    the same run, seeds and batch shape analyses only the checkpoints it lacks."""
+    tokenizer = tiny_tokenizer("chatml")
+    model = tmp_path / "model"
+    tiny_llama(tokenizer, seed=0).save_pretrained(model)
+    tokenizer.save_pretrained(model)
+    run = tmp_path / "run"
+    run.mkdir()
+    write_config(run, load_config(algo="ragen2-dr-grpo", overrides=[
+        f"env.name={half_coin}", f"model.name={model}", "model.dtype=float32", "rollout.max_new_tokens=4"]))
+    spec = importlib.util.spec_from_file_location("gradient_buckets_resume_under_test", SCRIPT)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    analysed, analyse = [], tool.analyse
+    tool.analyse = lambda models, cfg, batch, step: analysed.append(step) or analyse(models, cfg, batch, step)
+    out = tmp_path / "buckets.json"
+    common = ["--run", str(run), "--groups", "8", "--group-size", "4", "--out", str(out)]
+    assert tool.main([*common, "--checkpoint", "0=start"]) == 0
+    first = json.loads(out.read_text())["checkpoints"]
+    assert tool.main([*common, "--checkpoint", "0=start", "--checkpoint", f"3={model}"]) == 0
+    assert analysed == [0, 3]
+    both = json.loads(out.read_text())["checkpoints"]
+    assert both[:2] == first and [c["step"] for c in both] == [0, 0, 3, 3]
+    assert tool.main([*common[:-2], "--out", str(out), "--seed", "1", "--checkpoint", "0=start"]) == 0
+    assert analysed == [0, 3, 0]  # other analysis seeds: other instances, nothing reused

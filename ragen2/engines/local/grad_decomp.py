@@ -52,9 +52,10 @@ def due(cfg: Config, step: int) -> bool:
 
 
 def loss_coefficients(cfg: Config, names) -> dict[str, float]:
-    """How the terms enter the total loss (losses.actor_loss_coefficients), for the terms present."""
+    """How the terms enter the total loss (losses.actor_loss_coefficients), for the terms present
+    ("task@<name>", the task term under another advantage, as the task term)."""
     coefs = losses.actor_loss_coefficients(cfg.algo.entropy_coef, cfg.algo.kl_coef)
-    return {name: coefs[name] for name in names}
+    return {name: coefs[name.partition("@")[0]] for name in names}
 
 
 def group_reward_std(batch, ddof: int = 1) -> dict[int, float]:
@@ -65,8 +66,11 @@ def group_reward_std(batch, ddof: int = 1) -> dict[int, float]:
     return dict(zip(rewards, snr.group_spread(list(rewards.values()), ddof)[1].tolist()))
 
 
-def bucket_gradients(policy, cfg: Config, data: learner.UpdateInputs, rows: list[int]):
-    """Per-term gradients of one bucket's loss, accumulated over micro-batches.
+def bucket_gradients(policy, cfg: Config, data: learner.UpdateInputs, rows: list[int],
+                     other_advantages: dict[str, torch.Tensor] | None = None):
+    """Per-term gradients of one bucket's loss, accumulated over micro-batches; with
+    `other_advantages` (name -> [B, T] advantages of all rows), also the task term's under each
+    ("task@<name>", from the same forward: learner.actor_loss).
 
     Returns (components, loss values, sampled tokens, sequences with tokens).
     """
@@ -82,7 +86,8 @@ def bucket_gradients(policy, cfg: Config, data: learner.UpdateInputs, rows: list
     totals = dict(total_tokens=max(1, tokens), total_sequences=max(1, sequences))
     for start in range(0, len(rows), micro):
         idx = index[start:start + micro]
-        terms = learner.actor_loss(policy, learner.ActorBatch.of(data, idx), settings, totals).terms
+        others = {name: advantages[idx] for name, advantages in (other_advantages or {}).items()}
+        terms = learner.actor_loss(policy, learner.ActorBatch.of(data, idx), settings, totals, others).terms
         for name, value in terms.items():  # fixed totals: micro-batch losses sum to the bucket's
             values[name] = values.get(name, 0.0) + float(value.detach())
         grad_lib.accumulate(components, grad_lib.gradient_components(terms, params))
@@ -103,7 +108,9 @@ class BucketGradients:
 def _bucket_metrics(bucket: BucketGradients) -> dict[str, float]:
     out = grad_lib.component_metrics(bucket.components, num_tokens=bucket.num_tokens,
                                      num_samples=bucket.num_sequences, coefficients=bucket.coefficients)
-    total = grad_lib.combine(bucket.components, bucket.coefficients)
+    # the update's gradient: its own terms, not the task term again under another advantage
+    own = {name: grads for name, grads in bucket.components.items() if "@" not in name}
+    total = grad_lib.combine(own, {name: bucket.coefficients[name] for name in own})
     out["total_norm"] = grad_lib.norm(total)
     for name, value in bucket.loss_values.items():
         out[f"loss_{name}"] = value
@@ -127,7 +134,8 @@ def split_buckets(cfg: Config, spreads: list[float]) -> dict[str, list[int]]:
                                      remainder="last" if mode == "quantile" else "spread")
 
 
-def iter_bucket_gradients(policy, cfg: Config, batch, data: learner.UpdateInputs):
+def iter_bucket_gradients(policy, cfg: Config, batch, data: learner.UpdateInputs,
+                          other_advantages: dict[str, torch.Tensor] | None = None):
     """Yield each reward-std bucket's `BucketGradients`, lowest spread first, then `all`.
 
     One bucket's gradients are alive at a time, besides the running `all` sum.
@@ -145,7 +153,7 @@ def iter_bucket_gradients(policy, cfg: Config, batch, data: learner.UpdateInputs
     for name, members in buckets.items():
         member_groups = {groups[i] for i in members}
         rows = [r for r, g in enumerate(group_of_row) if g in member_groups]
-        components, values, tokens, sequences = bucket_gradients(policy, cfg, data, rows)
+        components, values, tokens, sequences = bucket_gradients(policy, cfg, data, rows, other_advantages)
         coefs = loss_coefficients(cfg, components)
         yield BucketGradients(name, components, values, coefs, tokens, sequences, [stds[g] for g in member_groups])
         if len(buckets) == 1:
@@ -160,15 +168,17 @@ def iter_bucket_gradients(policy, cfg: Config, batch, data: learner.UpdateInputs
                           [stds[g] for g in groups])
 
 
-def decompose(policy, cfg: Config, batch, data: learner.UpdateInputs, prefix: str = GRAD) -> dict[str, float]:
-    """`<prefix>/<bucket>/<key>` metrics for every bucket and `all`; no parameter changes."""
+def decompose(policy, cfg: Config, batch, data: learner.UpdateInputs, prefix: str = GRAD,
+              other_advantages: dict[str, torch.Tensor] | None = None) -> dict[str, float]:
+    """`<prefix>/<bucket>/<key>` metrics for every bucket and `all`; no parameter changes.
+    `other_advantages`: also `task@<name>_norm` etc., the task term under each (one forward)."""
     started = time.perf_counter()
     if int(data.response_mask.sum().item()) == 0:
         return {f"{prefix}/skipped_no_tokens": 1.0, f"{prefix}/time_s": time.perf_counter() - started}
     policy.train()  # the mode the update's gradient is taken in
     metrics: dict[str, float] = {}
     buckets = 0
-    for bucket in iter_bucket_gradients(policy, cfg, batch, data):
+    for bucket in iter_bucket_gradients(policy, cfg, batch, data, other_advantages):
         values = _bucket_metrics(bucket)
         metrics.update({f"{prefix}/{bucket.name}/{key}": value for key, value in values.items()})
         buckets += bucket.name != grad_lib.ALL_BUCKET

@@ -308,3 +308,24 @@ def test_fixed_rv_decomposition_puts_every_small_spread_in_bin_one(policy):
     assert metrics["grad_prefilter/num_buckets"] == 1.0 and metrics["grad_prefilter/bucket_1/num_groups"] == 3.0
     assert metrics["grad_prefilter/bucket_1/task_norm"] == metrics["grad_prefilter/all/task_norm"]
     assert not any(k.startswith("grad/") for k in metrics)
+
+
+def test_another_advantage_from_the_same_forward_equals_its_own_decomposition(policy):
+    """scripts/gradient_buckets.py compares Dr.GRPO and GRPO on the same rollouts: the second
+    advantage's task term comes from the first's forward ("task@<name>"), and must be what a
+    decomposition with that advantage gives; the update's own terms and total are unchanged."""
+    import dataclasses
+
+    cfg = _config("token-mean", 0.1)
+    batch, data = _inputs(policy, with_ref=True)
+    other = data.advantages * torch.linspace(0.5, 2.0, ROWS)[:, None]  # per-row scales, as std-normalising gives
+    both = grad_decomp.decompose(policy, cfg, batch, data, other_advantages={"grpo": other})
+    alone = grad_decomp.decompose(policy, cfg, batch, dataclasses.replace(data, advantages=other))
+    plain = grad_decomp.decompose(policy, cfg, batch, data)
+    for bucket in ("bucket_1", "bucket_2", "all"):
+        key = f"grad/{bucket}/"
+        assert both[key + "task@grpo_norm"] == pytest.approx(alone[key + "task_norm"], rel=1e-5)
+        assert both[key + "task@grpo_scaled_norm"] == pytest.approx(alone[key + "task_norm"], rel=1e-5)
+        assert alone[key + "task_norm"] != pytest.approx(plain[key + "task_norm"], rel=1e-3)  # it differs
+        for term in ("task_norm", "entropy_norm", "kl_norm", "total_norm"):
+            assert both[key + term] == pytest.approx(plain[key + term], rel=1e-6)
