@@ -49,10 +49,15 @@ from ragen2.config import saved_config  # noqa: E402
 from ragen2.engines.local import grad_decomp, learner  # noqa: E402
 from ragen2.engines.local.run import env_factory  # noqa: E402
 from ragen2.rollout import rollout  # noqa: E402
+from ragen2.rollout.batch import RolloutBatch  # noqa: E402
 from ragen2.run_dir import POLICY_DIR  # noqa: E402
 from ragen2.seeding import instance_seeds  # noqa: E402
 
 ADVANTAGES = ("dr_grpo", "grpo")
+# Episodes rolled out at once: a multi-turn rollout's row cache holds every row's whole history, and
+# 128 FrozenLake think-mode episodes at once took a process to 9.4 GB (rollout.agent_loop's
+# VALIDATION_CHUNK_GROUPS); 32 x 16 at once would not fit a 23 GB machine.
+ROLLOUT_EPISODES = 32
 ANALYSIS_STREAM = 0x6762  # instance seeds of the analysis batch: no training step draws from this key
 NUM_BUCKETS = 6  # RAGEN-2's gradient_analysis_num_buckets default
 
@@ -87,6 +92,14 @@ def zero_group_task_norms(policy, cfg, data: learner.UpdateInputs, rows: list[in
                                          {name: advantages[name] for name in others})[0]
     return {name: grad_lib.norm(grads["task" if name == first else f"task@{name}"]) if grads else 0.0
             for name in advantages}
+
+
+def analysis_rollout(models: learner.Models, cfg, seeds: list[int], generator: torch.Generator) -> RolloutBatch:
+    """The analysis batch, ROLLOUT_EPISODES at a time (one generator, drawn chunk after chunk)."""
+    per = max(1, ROLLOUT_EPISODES // cfg.rollout.group_size)
+    batches = [rollout(models.policy, models.tokenizer, env_factory(cfg), seeds[i:i + per], cfg.rollout, generator)
+               for i in range(0, len(seeds), per)]
+    return batches[0] if len(batches) == 1 else RolloutBatch.concat(batches)
 
 
 def analyse(models: learner.Models, cfg, batch, step: int) -> list[dict]:
@@ -204,7 +217,7 @@ def main(argv=None) -> int:
         started = time.perf_counter()
         generator = torch.Generator(device="cpu").manual_seed(args.seed)  # the same draws at every checkpoint
         models.policy.eval()
-        batch = rollout(models.policy, models.tokenizer, env_factory(cfg), seeds, cfg.rollout, generator)
+        batch = analysis_rollout(models, cfg, seeds, generator)
         done = analyse(models, cfg, batch, int(step))
         for c in done:  # what one checkpoint cost, rollout and both advantages' passes (planning runs)
             c["wall_s"] = round(time.perf_counter() - started, 1)
