@@ -123,7 +123,9 @@ def compare(cells: list[dict], results: list[dict], equal_budgets: list[str] = (
 def gains_over_start(cells: list[dict], results: list[dict]) -> list[dict]:
     """Per arm: final validation success − validation of the untrained (or warm-started) model on the
     same instances (the suite's validate_before), paired over the seeds that have both, and that gain
-    per hour of the cells' wall time (a cell run with one torch thread keeps about one core busy)."""
+    per hour of the cells' own compute (their steps' and validations' logged times, so attempts lost
+    to a kill are not counted; the runner's wall time where a cell logged none). A cell run with
+    one torch thread keeps about one core busy."""
     gains = []
     for matrix, env, row, present, by_arm in arm_groups(cells, results):
         for arm in present:
@@ -134,7 +136,8 @@ def gains_over_start(cells: list[dict], results: list[dict]) -> list[dict]:
             before = {s: r["val_success_before"] for s, r in rows.items()}
             after = {s: r["final_val_success"] for s, r in rows.items()}
             stats = paired_comparison(before, after)
-            hours = [r["wall_s"] / 3600 for r in rows.values() if r["wall_s"]]
+            seconds = [r.get("compute_s") or r["wall_s"] for r in rows.values()]
+            hours = [x / 3600 for x in seconds if x]
             mean_hours = sum(hours) / len(hours) if hours else None
             gains.append({"matrix": matrix, "env": env, "row": row, "arm": arm, **stats,
                           "before_mean": sum(before.values()) / len(rows), "after_mean": sum(after.values()) / len(rows),
@@ -150,7 +153,8 @@ def gain_lines(matrix: str, gains: list[dict]) -> list[str]:
         return []
     lines = ["Gain over the start: each arm's final validation success − its validation before training "
              "(the same instances), points, paired over the seeds with both; 95% CIs; exact sign-flip p, "
-             "two-sided; per hour of a cell's wall time:", "",
+             "two-sided; per hour of a cell's own compute (its steps and validations; attempts lost to a kill "
+             "excluded):", "",
              "| env | row | arm | n | before | after | gain | t CI | sign-flip p | cell hours | gain per hour |",
              "|" + " --- |" * 11]
     for g in mine:

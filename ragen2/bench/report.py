@@ -43,11 +43,12 @@ COLUMNS = ("name", "matrix", "env", "algo", "filter", "variant", "treatment", "r
            "reason",
            "steps", "steps_trained", "steps_skipped", "stop_reason", "val_success_before", "final_val_success",
            "best_val_success", "final_val_reward", "final_val_pass_at_g", "train_reward_mean", "last_train_reward",
-           "kept_fraction_mean", "last_mi_zscore_ema", "probe_dtype", "wall_s", "rollout_s", "update_s", "rollout_tokens",
+           "kept_fraction_mean", "last_mi_zscore_ema", "probe_dtype", "wall_s", "compute_s", "rollout_s", "update_s",
+           "rollout_tokens",
            "response_tokens", "env_episodes", "generation_rounds", "update_tokens", "optimizer_steps", "optimizer_steps_per_trained_step",
            "run_dir")
 AGGREGATED = ("val_success_before", "final_val_success", "best_val_success", "final_val_reward", "train_reward_mean",
-              "steps_skipped", "wall_s", "rollout_s", "update_s", "rollout_tokens")
+              "steps_skipped", "wall_s", "compute_s", "rollout_s", "update_s", "rollout_tokens")
 # The phases a filter shrinks (they run on the kept groups only): their sum is the update time.
 UPDATE_PHASES = (names.PHASE_OLD_LOG_PROBS, names.PHASE_REF_LOG_PROBS, names.PHASE_VALUES, names.PHASE_ADVANTAGES,
                  names.PHASE_UPDATE)
@@ -106,6 +107,10 @@ def cell_result(cell: dict) -> dict:
         "probe_dtype": "+".join(run_probe_dtypes(rows, upgrade_saved(read_config(run_dir) or {}))) or None,
         # The runner's clock spans every attempt of a resumed cell; a hand-run cell has only its last session.
         "wall_s": state.get("wall_s", summary.get("wall_s_this_session")),
+        # The cell's own compute: its steps' and validations' logged times, each step once (a resumed
+        # cell's rows are its steps), so attempts lost to a kill or a stop are not counted.
+        "compute_s": (total(names.TIME_STEP_S) + (total(names.TIME_VALIDATION_S) or 0.0)
+                      if total(names.TIME_STEP_S) is not None else None),
         "rollout_s": sum(rollout_s) if rollout_s else None,
         "update_s": sum(update_s) if update_s else None,
         "rollout_tokens": int(sum(logged(names.ROLLOUT_NUM_TOKENS))),

@@ -270,3 +270,24 @@ def test_each_arms_gain_over_the_start_is_paired_over_seeds_with_its_rate_per_ce
     assert none["gain_per_cell_hour"] == pytest.approx(0.05 / hours)
     report = paths["markdown"].read_text()
     assert "Gain over the start" in report and "| sokoban | ppo | ragen2-main | 2 | 10.0 | 35.0 | +25.0 |" in report
+
+
+def test_the_gain_per_hour_counts_a_cells_own_steps_not_attempts_lost_to_a_kill(bench):
+    # a cell killed and resumed: the runner's clock spans both attempts, its steps ran once each
+    for seed, before in ((0, 0.05), (1, 0.15)):
+        for arm in ("none", "ragen2-main"):
+            run = bench / "runs" / f"sokoban--ppo--{arm}--s{seed}"
+            (run / "bench_val_before.json").write_text(json.dumps({"val/success_rate": before}))
+            rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+            for row in rows:
+                row["time/step_s"] = 600.0
+            rows[-1]["time/validation_s"] = 300.0
+            (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+            state = json.loads((run / "bench_cell.json").read_text())
+            (run / "bench_cell.json").write_text(json.dumps({**state, "wall_s": 99999.0}))
+    paths = build_report(bench, with_plots=False)
+    none = json.loads(paths["json"].read_text())["gains_over_start"][0]
+    steps = len((bench / "runs" / "sokoban--ppo--none--s0" / "metrics.jsonl").read_text().splitlines())
+    hours = (600.0 * steps + 300.0) / 3600
+    assert none["cell_hours_mean"] == pytest.approx(hours)
+    assert none["gain_per_cell_hour"] == pytest.approx(none["mean"] / hours)
