@@ -167,6 +167,31 @@ def fit(files: list[Path]) -> dict:
     return {adv: secondary_fit(sorted(runs.items()), floor=0.0) for adv, runs in sorted(by_advantage.items())}
 
 
+def plot(result: dict, path: Path) -> None:
+    """RAGEN-2's figure: per advantage type, the task norm and the entropy and KL norms (times their
+    coefficients) against each bucket's mean reward variance, one line per checkpoint."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(ADVANTAGES), figsize=(5.5 * len(ADVANTAGES), 3.8), squeeze=False)
+    for ax, advantage in zip(axes[0], ADVANTAGES):
+        for c in (c for c in result["checkpoints"] if c["advantage"] == advantage):
+            xs = [b["mean_variance"] for b in c["buckets"]]
+            line, = ax.plot(xs, [b["task_norm"] for b in c["buckets"]], marker="o", label=f"task, step {c['step']}")
+            for key, style in (("entropy_norm", "--"), ("kl_norm", ":")):
+                ax.plot(xs, [b[key] for b in c["buckets"]], style, color=line.get_color(),
+                        label=f"{key.split('_')[0]} x coef, step {c['step']}")
+        ax.set_title(f"{advantage}: gradient norms by reward-variance bucket")
+        ax.set_xlabel("bucket mean reward variance")
+        ax.set_ylabel("norm")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def resumed(out: Path, result: dict) -> set[int]:
     """Steps `out` already holds for the same run, seeds and batch shape (none if it is another's)."""
     if not out.is_file():
@@ -228,6 +253,7 @@ def main(argv=None) -> int:
     checkpoints = result["checkpoints"]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))
+    plot(result, args.out.with_suffix(".png"))
     for c in checkpoints:
         print(f"step {c['step']} {c['advantage']}: zero-variance groups {c['zero_variance_groups']} "
               f"(task norm max {c['zero_variance_task_norm_max']}, floor {c['floor']}); " +

@@ -59,6 +59,7 @@ def test_six_buckets_both_advantages_and_zero_variance_groups_at_zero(tmp_path, 
                       "--groups", "12", "--group-size", "4", "--out", str(out)]) == 0
     checkpoints = json.loads(out.read_text())["checkpoints"]
     assert tool.ROLLOUT_EPISODES // 4 < 12  # the batch was rolled out in chunks and put together
+    assert out.with_suffix(".png").stat().st_size > 10_000  # RAGEN-2's figure, beside the JSON
     assert [(c["step"], c["advantage"]) for c in checkpoints] == [(0, "dr_grpo"), (0, "grpo"), (5, "dr_grpo"),
                                                                   (5, "grpo")]
     for c in checkpoints:
