@@ -58,6 +58,7 @@ ADVANTAGES = ("dr_grpo", "grpo")
 # 128 FrozenLake think-mode episodes at once took a process to 9.4 GB (rollout.agent_loop's
 # VALIDATION_CHUNK_GROUPS); 32 x 16 at once would not fit a 23 GB machine.
 ROLLOUT_EPISODES = 32
+MICRO_BATCH = 2  # rows a gradient pass takes (a KEY=VALUE override of optim.micro_batch_size wins)
 ANALYSIS_STREAM = 0x6762  # instance seeds of the analysis batch: no training step draws from this key
 NUM_BUCKETS = 6  # RAGEN-2's gradient_analysis_num_buckets default
 
@@ -67,7 +68,10 @@ def analysis_config(run: Path, groups: int, group_size: int, kl_coef: float, ove
     return saved_config(run / "config.yaml", [
         f"rollout.num_groups={groups}", f"rollout.group_size={group_size}", f"algo.kl_coef={kl_coef}",
         "algo.kl_mode=loss", "algo.advantage=dr_grpo",  # no critic: both advantages are critic-free
-        f"probe.grad_buckets={NUM_BUCKETS}", "probe.grad_bucket_mode=quantile", *overrides])
+        f"probe.grad_buckets={NUM_BUCKETS}", "probe.grad_bucket_mode=quantile",
+        # the sums do not depend on it (fixed totals); 4 multi-turn rows a pass, four gradients held
+        # besides, and a bucket's running sums took the process to 16.4 GB beside a suite cell
+        f"optim.micro_batch_size={MICRO_BATCH}", *overrides])
 
 
 def load_weights(models: learner.Models, path: str) -> None:
@@ -120,8 +124,9 @@ def analyse(models: learner.Models, cfg, batch, step: int) -> list[dict]:
         advantages[advantage] = compute_advantages(algo, batch, None, base.old_log_probs, base.ref_log_probs)[0]
     first, *others = ADVANTAGES
     data = dataclasses.replace(base, advantages=advantages[first])
-    metrics = grad_decomp.decompose(models.policy, cfg, batch, data, prefix="g",
-                                    other_advantages={name: advantages[name] for name in others})
+    # no `all` bucket: the figure reads the six, and its running sum is four more gradient copies held
+    analysis = grad_decomp.Analysis(other_advantages={name: advantages[name] for name in others}, whole=False)
+    metrics = grad_decomp.decompose(models.policy, cfg, batch, data, prefix="g", analysis=analysis)
     zero_norms = [zero_group_task_norms(models.policy, cfg, data, rows_of[g], advantages) for g in zero]
     out = []
     for advantage in ADVANTAGES:

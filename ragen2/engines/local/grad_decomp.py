@@ -134,8 +134,18 @@ def split_buckets(cfg: Config, spreads: list[float]) -> dict[str, list[int]]:
                                      remainder="last" if mode == "quantile" else "spread")
 
 
-def iter_bucket_gradients(policy, cfg: Config, batch, data: learner.UpdateInputs,
-                          other_advantages: dict[str, torch.Tensor] | None = None):
+@dataclass(frozen=True)
+class Analysis:
+    """What a decomposition computes beyond the update's own terms per bucket."""
+
+    # name -> [B, T] advantages: the task term under each too ("task@<name>", the same forward)
+    other_advantages: dict[str, torch.Tensor] | None = None
+    # the `all` bucket (the buckets' weighted sum: one more set of gradients held throughout);
+    # a per-bucket figure that never reads it saves that memory
+    whole: bool = True
+
+
+def iter_bucket_gradients(policy, cfg: Config, batch, data: learner.UpdateInputs, analysis: Analysis = Analysis()):
     """Yield each reward-std bucket's `BucketGradients`, lowest spread first, then `all`.
 
     One bucket's gradients are alive at a time, besides the running `all` sum.
@@ -153,9 +163,11 @@ def iter_bucket_gradients(policy, cfg: Config, batch, data: learner.UpdateInputs
     for name, members in buckets.items():
         member_groups = {groups[i] for i in members}
         rows = [r for r, g in enumerate(group_of_row) if g in member_groups]
-        components, values, tokens, sequences = bucket_gradients(policy, cfg, data, rows, other_advantages)
+        components, values, tokens, sequences = bucket_gradients(policy, cfg, data, rows, analysis.other_advantages)
         coefs = loss_coefficients(cfg, components)
         yield BucketGradients(name, components, values, coefs, tokens, sequences, [stds[g] for g in member_groups])
+        if not analysis.whole:
+            continue
         if len(buckets) == 1:
             whole, whole_values = components, values
             break
@@ -164,21 +176,23 @@ def iter_bucket_gradients(policy, cfg: Config, batch, data: learner.UpdateInputs
         for key, value in values.items():
             whole_values[key] = whole_values.get(key, 0.0) + weight * value
         del components
+    if not analysis.whole:
+        return
     yield BucketGradients(grad_lib.ALL_BUCKET, whole, whole_values, coefs, total_tokens, total_sequences,
                           [stds[g] for g in groups])
 
 
 def decompose(policy, cfg: Config, batch, data: learner.UpdateInputs, prefix: str = GRAD,
-              other_advantages: dict[str, torch.Tensor] | None = None) -> dict[str, float]:
+              analysis: Analysis = Analysis()) -> dict[str, float]:
     """`<prefix>/<bucket>/<key>` metrics for every bucket and `all`; no parameter changes.
-    `other_advantages`: also `task@<name>_norm` etc., the task term under each (one forward)."""
+    `analysis`: other advantages' task terms (`task@<name>_norm` etc.), and whether `all` is wanted."""
     started = time.perf_counter()
     if int(data.response_mask.sum().item()) == 0:
         return {f"{prefix}/skipped_no_tokens": 1.0, f"{prefix}/time_s": time.perf_counter() - started}
     policy.train()  # the mode the update's gradient is taken in
     metrics: dict[str, float] = {}
     buckets = 0
-    for bucket in iter_bucket_gradients(policy, cfg, batch, data, other_advantages):
+    for bucket in iter_bucket_gradients(policy, cfg, batch, data, analysis):
         values = _bucket_metrics(bucket)
         metrics.update({f"{prefix}/{bucket.name}/{key}": value for key, value in values.items()})
         buckets += bucket.name != grad_lib.ALL_BUCKET

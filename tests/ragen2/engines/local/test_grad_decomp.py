@@ -319,7 +319,7 @@ def test_another_advantage_from_the_same_forward_equals_its_own_decomposition(po
     cfg = _config("token-mean", 0.1)
     batch, data = _inputs(policy, with_ref=True)
     other = data.advantages * torch.linspace(0.5, 2.0, ROWS)[:, None]  # per-row scales, as std-normalising gives
-    both = grad_decomp.decompose(policy, cfg, batch, data, other_advantages={"grpo": other})
+    both = grad_decomp.decompose(policy, cfg, batch, data, analysis=grad_decomp.Analysis({"grpo": other}))
     alone = grad_decomp.decompose(policy, cfg, batch, dataclasses.replace(data, advantages=other))
     plain = grad_decomp.decompose(policy, cfg, batch, data)
     for bucket in ("bucket_1", "bucket_2", "all"):
@@ -329,3 +329,13 @@ def test_another_advantage_from_the_same_forward_equals_its_own_decomposition(po
         assert alone[key + "task_norm"] != pytest.approx(plain[key + "task_norm"], rel=1e-3)  # it differs
         for term in ("task_norm", "entropy_norm", "kl_norm", "total_norm"):
             assert both[key + term] == pytest.approx(plain[key + term], rel=1e-6)
+
+
+def test_a_figure_that_reads_only_the_buckets_can_skip_the_whole(policy):
+    cfg = _config("token-mean", 0.1)
+    batch, data = _inputs(policy, with_ref=True)
+    plain = grad_decomp.decompose(policy, cfg, batch, data)
+    parts = grad_decomp.decompose(policy, cfg, batch, data, analysis=grad_decomp.Analysis(whole=False))
+    assert not any(key.startswith("grad/all/") for key in parts) and "grad/all/task_norm" in plain
+    assert {k: v for k, v in plain.items() if "/all/" not in k and not k.endswith("time_s")} == pytest.approx(
+        {k: v for k, v in parts.items() if not k.endswith("time_s")})
