@@ -48,8 +48,7 @@ from ragen2.algos.estimators import compute_advantages  # noqa: E402
 from ragen2.config import saved_config  # noqa: E402
 from ragen2.engines.local import grad_decomp, learner  # noqa: E402
 from ragen2.engines.local.run import env_factory  # noqa: E402
-from ragen2.rollout import rollout  # noqa: E402
-from ragen2.rollout.batch import RolloutBatch  # noqa: E402
+from ragen2.rollout import rollout_in_chunks  # noqa: E402
 from ragen2.run_dir import POLICY_DIR  # noqa: E402
 from ragen2.seeding import instance_seeds  # noqa: E402
 
@@ -96,14 +95,6 @@ def zero_group_task_norms(policy, cfg, data: learner.UpdateInputs, rows: list[in
                                          {name: advantages[name] for name in others})[0]
     return {name: grad_lib.norm(grads["task" if name == first else f"task@{name}"]) if grads else 0.0
             for name in advantages}
-
-
-def analysis_rollout(models: learner.Models, cfg, seeds: list[int], generator: torch.Generator) -> RolloutBatch:
-    """The analysis batch, ROLLOUT_EPISODES at a time (one generator, drawn chunk after chunk)."""
-    per = max(1, ROLLOUT_EPISODES // cfg.rollout.group_size)
-    batches = [rollout(models.policy, models.tokenizer, env_factory(cfg), seeds[i:i + per], cfg.rollout, generator)
-               for i in range(0, len(seeds), per)]
-    return batches[0] if len(batches) == 1 else RolloutBatch.concat(batches)
 
 
 def analyse(models: learner.Models, cfg, batch, step: int) -> list[dict]:
@@ -247,7 +238,8 @@ def main(argv=None) -> int:
         started = time.perf_counter()
         generator = torch.Generator(device="cpu").manual_seed(args.seed)  # the same draws at every checkpoint
         models.policy.eval()
-        batch = analysis_rollout(models, cfg, seeds, generator)
+        batch = rollout_in_chunks(models.policy, models.tokenizer, env_factory(cfg), seeds, cfg.rollout, generator,
+                                  chunk_groups=max(1, ROLLOUT_EPISODES // cfg.rollout.group_size))
         done = analyse(models, cfg, batch, int(step))
         for c in done:  # what one checkpoint cost, rollout and both advantages' passes (planning runs)
             c["wall_s"] = round(time.perf_counter() - started, 1)

@@ -109,8 +109,8 @@ def cell_result(cell: dict) -> dict:
         "wall_s": state.get("wall_s", summary.get("wall_s_this_session")),
         # The cell's own compute: its steps' and validations' logged times, each step once (a resumed
         # cell's rows are its steps), so attempts lost to a kill or a stop are not counted.
-        "compute_s": (total(names.TIME_STEP_S) + (total(names.TIME_VALIDATION_S) or 0.0)
-                      if total(names.TIME_STEP_S) is not None else None),
+        "compute_s": (steps_s + (total(names.TIME_VALIDATION_S) or 0.0)
+                      if (steps_s := total(names.TIME_STEP_S)) is not None else None),
         "rollout_s": sum(rollout_s) if rollout_s else None,
         "update_s": sum(update_s) if update_s else None,
         "rollout_tokens": int(sum(logged(names.ROLLOUT_NUM_TOKENS))),

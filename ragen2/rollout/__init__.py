@@ -10,6 +10,7 @@ from ragen2.rollout.config import RolloutConfig, RolloutConfigError
 # and transformers, so it loads on first use and `ragen2 --help` stays fast.
 _LAZY = {
     "evaluate": "agent_loop", "group_pass_rate": "agent_loop", "rollout": "agent_loop",
+    "rollout_in_chunks": "agent_loop",
     "RolloutBatch": "batch", "RowRecord": "batch", "TrajectoryRecord": "batch",
     "ChatFormat": "chat", "ChatTemplateError": "chat", "TokenTrajectory": "chat", "reasoning_span": "chat",
     "GenerationResult": "generation", "generate": "generation", "generate_one_at_a_time": "generation",

@@ -141,14 +141,23 @@ def valid_action_share(trajectories: Sequence[TrajectoryRecord]) -> float:
 VALIDATION_CHUNK_GROUPS = 8
 
 
+def rollout_in_chunks(model, tokenizer, env_factory: Callable[[], object], seeds: Sequence[int],
+                      config: RolloutConfig, generator: torch.Generator | None = None, progress=None,
+                      chunk_groups: int = VALIDATION_CHUNK_GROUPS) -> RolloutBatch:
+    """One batch of all `seeds`' groups, rolled out `chunk_groups` groups at a time (one generator,
+    drawn chunk after chunk), so the row caches of a large batch never live at once."""
+    batches = [rollout(model, tokenizer, env_factory, seeds[i:i + chunk_groups], config, generator, progress=progress)
+               for i in range(0, len(seeds), chunk_groups)]
+    return batches[0] if len(batches) == 1 else RolloutBatch.concat(batches)
+
+
 def evaluate(model, tokenizer, env_factory: Callable[[], object], seeds: Sequence[int], config: RolloutConfig,
              generator: torch.Generator | None = None, progress=None,
              chunk_groups: int = VALIDATION_CHUNK_GROUPS) -> dict[str, float]:
     """Validation: success rate over all episodes and pass@G (a group passes if any member succeeds),
-    rolled out `chunk_groups` groups at a time (one generator, drawn chunk after chunk)."""
-    batches = [rollout(model, tokenizer, env_factory, seeds[i:i + chunk_groups], config, generator, progress=progress)
-               for i in range(0, len(seeds), chunk_groups)]
-    return validation_metrics(batches[0] if len(batches) == 1 else RolloutBatch.concat(batches), config.group_size)
+    rolled out `chunk_groups` groups at a time (rollout_in_chunks)."""
+    batch = rollout_in_chunks(model, tokenizer, env_factory, seeds, config, generator, progress, chunk_groups)
+    return validation_metrics(batch, config.group_size)
 
 
 def validation_metrics(batch: RolloutBatch, group_size: int) -> dict[str, float]:
