@@ -111,6 +111,21 @@ def learning_rate(cfg: Config, step: int) -> float:
     return cfg.sft.lr * min(1.0, (step + 1) / (warm + 1))
 
 
+def padding_free_note(cfg: Config, policy) -> str | None:
+    """One line when sft.padding_free is asked for but cannot run, so the setting is not dropped unsaid."""
+    body = policy.get_decoder()
+    if not cfg.sft.padding_free:
+        return None
+    if not prefix_lib.padding_free_supported(body):
+        implementation = getattr(getattr(body, "config", None), "_attn_implementation", None)
+        return (f"note: sft.padding_free needs ragen2's attention (transformers' sdpa); this model runs "
+                f"{implementation!r}, so SFT runs the padded passes (the same numbers, slower)")
+    if cfg.model.gradient_checkpointing:
+        return ("note: under gradient checkpointing the step's common prefix is not encoded apart (its layers "
+                "drop the cache); micro-batches still run unpadded")
+    return None
+
+
 def step_prefix(policy, batch: RolloutBatch, rows: torch.Tensor) -> prefix_lib.EncodedPrefix | None:
     """The tokens every row of the step starts with (the system prompt), encoded once for the step;
     None under gradient checkpointing, whose layers drop the cache that carries it."""
@@ -199,6 +214,9 @@ def setup(cfg: Config, demos: list[dict], run_dir: Path, resume: bool = False, q
     apply_threads(cfg, lambda line: print(line, file=sys.stderr))
     torch.manual_seed(cfg.trainer.seed)
     models = build_policy(cfg)
+    note = padding_free_note(cfg, models.policy)
+    if note:
+        print(note, file=sys.stderr)
     optimizers = learner.build_optimizers(models, cfg)
     batch = demo_rows(demos, models.tokenizer, cfg)
     step = 0

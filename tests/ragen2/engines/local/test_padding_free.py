@@ -144,3 +144,37 @@ def test_gradient_checkpointing_packs_without_a_step_prefix(tok, template):
     packed = _pass(model, fed, ids, attn, mask, padding_free=True)
     assert packed[3] == _unpadded_tokens(ids, attn) < plain[3]
     close(packed[0], plain[0], "log-probs")
+
+
+def test_an_encoded_prefix_and_a_skip_that_disagree_are_refused():
+    prefix = prefix_lib.EncodedPrefix(12, [], [])
+    assert prefix_lib.PaddingFree.after(prefix).skip == 12 and prefix_lib.PaddingFree.after(None).skip == 0
+    with pytest.raises(ValueError, match="skip=10 but the encoded prefix has 12 tokens"):
+        prefix_lib.PaddingFree(10, prefix)
+
+
+def test_a_packed_pass_whose_layers_drop_the_prefix_cache_fails_loudly(tok, template):
+    """Checkpointed layers drop the cache: rows that silently missed their prefix would train on
+    wrong hidden states, so the pass raises (sft never gets here: step_prefix encodes none)."""
+    model = use_grouped_sdpa(tiny_llama(tok, seed=2))
+    ids, attn, mask = group_batch(tok, template)
+    skip = prefix_lib.step_prefix_length(learner.TokenRows(ids, attn, mask), torch.arange(ids.shape[0]))
+    model.train()
+    prefix = prefix_lib.encode_prefix(model.get_decoder(), ids[0, :skip])
+    model.gradient_checkpointing_enable()
+    with pytest.raises(RuntimeError, match="did not read the encoded prefix"):
+        prefix_lib.padding_free_hidden_states(model.get_decoder(), ids, attn, prefix)
+
+
+def test_sft_says_when_padding_free_cannot_run(tok):
+    from ragen2.config import load_config
+    from ragen2.engines.local.sft import padding_free_note
+
+    cfg = load_config(overrides=["sft.padding_free=true"])
+    assert padding_free_note(cfg, use_grouped_sdpa(tiny_llama(tok))) is None
+    eager = tiny_llama(tok)
+    eager.set_attn_implementation("eager")
+    assert "runs 'eager'" in padding_free_note(cfg, eager)
+    checkpointing = load_config(overrides=["sft.padding_free=true", "model.gradient_checkpointing=true"])
+    assert "gradient checkpointing" in padding_free_note(checkpointing, use_grouped_sdpa(tiny_llama(tok)))
+    assert padding_free_note(load_config(overrides=["sft.padding_free=false"]), eager) is None
