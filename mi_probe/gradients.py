@@ -38,6 +38,7 @@ __all__ = [
     "fixed_rv_buckets",
     "FIXED_RV_EDGES",
     "gradient_components",
+    "accumulate_gradient_components",
     "norm",
     "quantile_buckets",
     "zeros_like_params",
@@ -111,24 +112,36 @@ def gradient_components(terms: Mapping[str, torch.Tensor], params: Sequence[torc
 
     One backward per term (the graph is kept until the last), none of them touching
     ``param.grad``, so an optimiser's accumulated gradient is left alone. A parameter
-    a term does not reach gets zeros.
+    a term does not reach gets zeros, and so does a term that does not require grad.
     """
+    return accumulate_gradient_components({}, terms, params)
+
+
+def accumulate_gradient_components(into: dict[str, Grads], terms: Mapping[str, torch.Tensor],
+                                   params: Sequence[torch.Tensor]) -> dict[str, Grads]:
+    """``into[name] += gradient of terms[name]``, each added as soon as it is taken, so one fresh
+    gradient is alive at a time besides ``into`` (gradient_components's backward passes)."""
     params = list(params)
     if not params:
         raise ValueError("no parameters to differentiate (does any parameter require grad?)")
-    names = list(terms)
-    out: dict[str, Grads] = {}
-    for position, name in enumerate(names):
-        loss = terms[name]
+    for name, loss in terms.items():
         if loss.dim() != 0:
             raise ValueError(f"loss term {name!r} must be a scalar, got shape {tuple(loss.shape)}")
-        if not loss.requires_grad:  # a term that does not depend on the parameters
-            out[name] = zeros_like_params(params)
+    with_graph = [name for name, loss in terms.items() if loss.requires_grad]
+    for name, loss in terms.items():
+        if not loss.requires_grad:  # a term that does not depend on the parameters (or is known to be 0)
+            into.setdefault(name, zeros_like_params(params))
             continue
-        grads = torch.autograd.grad(loss, params, retain_graph=position < len(names) - 1, allow_unused=True)
-        out[name] = [torch.zeros_like(p, dtype=torch.float32) if g is None else g.detach().float()
-                     for g, p in zip(grads, params)]
-    return out
+        grads = torch.autograd.grad(loss, params, retain_graph=name != with_graph[-1], allow_unused=True)
+        fresh = [torch.zeros_like(p, dtype=torch.float32) if g is None else g.detach().float()
+                 for g, p in zip(grads, params)]
+        del grads
+        if name in into:
+            for total, g in zip(into[name], fresh):
+                total.add_(g)
+        else:
+            into[name] = fresh
+    return into
 
 
 def accumulate(into: dict[str, Grads], grads: Mapping[str, Grads], weight: float = 1.0) -> dict[str, Grads]:

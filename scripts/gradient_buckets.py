@@ -22,10 +22,14 @@ Per checkpoint and advantage: `zero_variance_groups` (their count) and `zero_var
 with `floor` = grad_vs_spread.FLOOR_RELATIVE x the median task norm of the buckets with spread (why:
 scripts/grad_vs_spread.py and docs/benchmarks/grad_floor.json). `zero_variance_groups_exactly_zero`
 counts those whose advantages are exactly 0.0, whose gradient is then exactly zero without a pass.
+`group_points`: every group's own task norm, reward std and tokens.
 
-Cost on a CPU: both advantage types share one forward per micro-batch (the entropy and KL terms do
-not depend on the advantage), and the output is written after each checkpoint: a rerun with the
-same run, seeds and batch shape skips the checkpoints it holds, so a long analysis survives a stop.
+Cost on a CPU: the gradients are taken a group at a time at ratio 1 (no old-log-prob pass), with
+three backward passes a micro-batch (task, entropy, KL; the task one skipped where the advantages
+are all 0.0): a group's GRPO task gradient is its Dr.GRPO one times a scale (group_scales), and the
+entropy and KL terms do not depend on the advantage. The output is written after each checkpoint: a
+rerun with the same run, seeds and batch shape skips the checkpoints it holds, so a long analysis
+survives a stop.
 """
 
 from __future__ import annotations
@@ -82,69 +86,109 @@ def load_weights(models: learner.Models, path: str) -> None:
     models.policy.load_state_dict(loaded.state_dict())
 
 
-def zero_group_task_norms(policy, cfg, data: learner.UpdateInputs, rows: list[int],
-                          advantages: dict[str, torch.Tensor]) -> dict[str, float]:
-    """A zero-variance group's task-gradient norm alone, per advantage type. Where the group's
-    advantages are exactly 0.0 (mean-centring identical rewards usually is exact) the gradient is
-    exactly zero and no pass is needed; otherwise one pass gives both (float residue of the mean)."""
-    index = torch.tensor(rows)
-    if all(bool((adv[index] == 0).all()) for adv in advantages.values()):
-        return {name: 0.0 for name in advantages}
-    first, *others = advantages
-    grads = grad_decomp.bucket_gradients(policy, cfg, dataclasses.replace(data, advantages=advantages[first]), rows,
-                                         {name: advantages[name] for name in others})[0]
-    return {name: grad_lib.norm(grads["task" if name == first else f"task@{name}"]) if grads else 0.0
-            for name in advantages}
+def group_scales(first: torch.Tensor, other: torch.Tensor, rows_of: dict[int, list[int]]) -> dict[int, float]:
+    """Per group, the c > 0 with other = c * first on its rows. A group's GRPO advantages are its
+    Dr.GRPO ones over (its reward std + eps), and the clipped policy loss is positively homogeneous
+    in the advantage, so the group's GRPO task gradient is c times its Dr.GRPO one: one backward
+    pass gives both. Checked on the tensors, not assumed (a zero-variance group: both all 0)."""
+    scales = {}
+    for group, rows in rows_of.items():
+        a, b = first[rows].double(), other[rows].double()
+        energy = float((a * a).sum())
+        scale = float((a * b).sum()) / energy if energy > 0 else 1.0
+        if scale <= 0 or not torch.allclose(b, scale * a, rtol=1e-5, atol=1e-6 * max(1.0, float(b.abs().max()))):
+            raise ValueError(f"group {group}: the second advantage is not a positive multiple of the first")
+        scales[group] = scale
+    return scales
+
+
+def token_and_sequence_counts(mask: torch.Tensor, rows: list[int]) -> tuple[int, int]:
+    picked = mask[rows]
+    return int(picked.sum().item()), int((picked.sum(dim=1) > 0).sum().item())
+
+
+def bucket_gradients(models: learner.Models, cfg, data: learner.UpdateInputs, members: list[int],
+                     rows_of: dict[int, list[int]], scales: dict[int, float]) -> tuple[dict, list[dict]]:
+    """One bucket's gradients, a group at a time: each group's task / entropy / KL gradients
+    (grad_decomp.bucket_gradients, the update's loss builder) added into the bucket's with the
+    group's share of the bucket's loss (its tokens under token-mean aggregation, else its
+    sequences: the loss is linear in the rows over fixed totals), the task term once per
+    advantage type (times the group's scale for the second). Also each group's own task norm."""
+    weigh_tokens = cfg.algo.loss_agg in grad_decomp.TOKEN_WEIGHTED
+    counts = {g: token_and_sequence_counts(data.response_mask, rows_of[g]) for g in members}
+    total = max(1, sum(tokens if weigh_tokens else sequences for tokens, sequences in counts.values()))
+    first, second = ADVANTAGES
+    sums: dict[str, list[torch.Tensor]] = {}
+    groups = []
+    for group in members:
+        components, _, tokens, sequences = grad_decomp.bucket_gradients(models.policy, cfg, data, rows_of[group])
+        share = (tokens if weigh_tokens else sequences) / total
+        task = components.pop("task")
+        norm = grad_lib.norm(task)
+        groups.append({"group": group, "tokens": tokens, "task_norm": {first: norm, second: scales[group] * norm},
+                       "advantages_exactly_zero": not bool(data.advantages[rows_of[group]].any())})
+        grad_lib.accumulate(sums, {f"task@{first}": task}, share)
+        grad_lib.accumulate(sums, {f"task@{second}": task}, share * scales[group])
+        grad_lib.accumulate(sums, components, share)
+        del task, components
+    return sums, groups
 
 
 def analyse(models: learner.Models, cfg, batch, step: int) -> list[dict]:
-    """One object per advantage type: the six buckets and the zero-variance groups, on `batch`.
-    One forward per micro-batch serves both advantage types (their task terms differ; the entropy
-    and KL terms do not depend on the advantage): grad_decomp's `other_advantages`."""
+    """One object per advantage type: the six buckets and the zero-variance groups, on `batch`,
+    at the current weights (old log-probs = the current ones: ratio exactly 1, no optimiser step)."""
     batch = batch.to(models.device)
-    base = learner.update_inputs(models, batch, cfg)  # old (= current) and reference log-probs, once
+    base = learner.update_inputs(models, batch, cfg, old_log_probs=False)  # reference log-probs, once
     stds = grad_decomp.group_reward_std(batch, cfg.filter.ddof)
     groups = sorted(stds)
     split = grad_decomp.split_buckets(cfg, [stds[g] for g in groups])
-    members = {name: [groups[i] for i in idx] for name, idx in split.items()}
-    rows_of = {g: [r for r, gid in enumerate(batch.group_ids.tolist()) if gid == g] for g in groups}
-    zero = [g for g in groups if stds[g] == 0]
+    group_ids = batch.group_ids.tolist()
+    rows_of = {g: [r for r, gid in enumerate(group_ids) if gid == g] for g in groups}
     advantages = {}
     for advantage in ADVANTAGES:
         algo = cfg.algo.model_copy(update={"advantage": advantage})
-        advantages[advantage] = compute_advantages(algo, batch, None, base.old_log_probs, base.ref_log_probs)[0]
-    first, *others = ADVANTAGES
+        advantages[advantage] = compute_advantages(algo, batch, None, None, base.ref_log_probs)[0]
+    first, second = ADVANTAGES
+    scales = group_scales(advantages[first], advantages[second], rows_of)
     data = dataclasses.replace(base, advantages=advantages[first])
-    # no `all` bucket: the figure reads the six, and its running sum is four more gradient copies held
-    analysis = grad_decomp.Analysis(other_advantages={name: advantages[name] for name in others}, whole=False)
-    metrics = grad_decomp.decompose(models.policy, cfg, batch, data, prefix="g", analysis=analysis)
-    zero_norms = [zero_group_task_norms(models.policy, cfg, data, rows_of[g], advantages) for g in zero]
+    coefs = grad_decomp.loss_coefficients(cfg, ("entropy", "kl"))
+    models.policy.train()  # the mode the update's gradient is taken in
+    buckets, per_group = [], []
+    for name, positions in split.items():
+        members = [groups[i] for i in positions]
+        sums, bucket_groups = bucket_gradients(models, cfg, data, members, rows_of, scales)
+        per_group += bucket_groups
+        norms = {key: grad_lib.norm(grads) for key, grads in sums.items()}
+        del sums
+        buckets.append({"bucket": name, "groups": len(members),
+                        "mean_variance": statistics.fmean(stds[g] ** 2 for g in members),
+                        "mean_std": statistics.fmean(stds[g] for g in members),
+                        "tokens": sum(g["tokens"] for g in bucket_groups), "norms": norms})
     out = []
     for advantage in ADVANTAGES:
-        task = "task" if advantage == first else f"task@{advantage}"
-        buckets = []
-        for name, gs in members.items():
-            m = lambda key: metrics[f"g/{name}/{key}"]  # noqa: E731
-            buckets.append({"bucket": name, "groups": len(gs),
-                            "mean_variance": statistics.fmean(stds[g] ** 2 for g in gs),
-                            "mean_std": statistics.fmean(stds[g] for g in gs),
-                            "tokens": m("num_tokens"), "task_norm": m(f"{task}_norm"),
-                            "entropy_norm": metrics.get(f"g/{name}/entropy_scaled_norm", 0.0),
-                            "kl_norm": metrics.get(f"g/{name}/kl_scaled_norm", 0.0),
-                            "entropy_norm_unscaled": metrics.get(f"g/{name}/entropy_norm", 0.0),
-                            "kl_norm_unscaled": metrics.get(f"g/{name}/kl_norm", 0.0)})
-        with_spread = [b["task_norm"] for b in buckets if b["mean_variance"] > 0]
+        rows = []
+        for b in buckets:
+            norms = b["norms"]
+            rows.append({key: b[key] for key in ("bucket", "groups", "mean_variance", "mean_std", "tokens")} | {
+                "task_norm": norms[f"task@{advantage}"],
+                "entropy_norm": abs(coefs["entropy"]) * norms.get("entropy", 0.0),
+                "kl_norm": abs(coefs["kl"]) * norms.get("kl", 0.0),
+                "entropy_norm_unscaled": norms.get("entropy", 0.0), "kl_norm_unscaled": norms.get("kl", 0.0)})
+        with_spread = [b["task_norm"] for b in rows if b["mean_variance"] > 0]
         # RAGEN-2's reading of its figure: the task norm rises over the buckets (those with spread)
         rising = all(a <= b for a, b in zip(with_spread, with_spread[1:])) if len(with_spread) > 1 else None
         floor = FLOOR_RELATIVE * statistics.median(with_spread) if with_spread else None
-        norms = [n[advantage] for n in zero_norms]
+        zero = [g for g in per_group if stds[g["group"]] == 0]
         out.append({"step": step, "advantage": advantage, "groups": len(groups),
                     "group_size": cfg.rollout.group_size, "zero_variance_groups": len(zero),
-                    "zero_variance_task_norm_max": max(norms, default=None),
-                    "zero_variance_groups_exactly_zero": sum(n == 0.0 for n in norms), "floor": floor,
-                    "task_norm_nondecreasing": rising,
+                    "zero_variance_task_norm_max": max((g["task_norm"][advantage] for g in zero), default=None),
+                    "zero_variance_groups_exactly_zero": sum(g["advantages_exactly_zero"] for g in zero),
+                    "floor": floor, "task_norm_nondecreasing": rising,
                     "loss_agg": cfg.algo.loss_agg, "entropy_coef": cfg.algo.entropy_coef, "kl_coef": cfg.algo.kl_coef,
-                    "buckets": buckets})
+                    "buckets": rows,
+                    # each group's own task-gradient norm (its loss alone): points for a group-level reading
+                    "group_points": [{"reward_std": stds[g["group"]], "tokens": g["tokens"],
+                                      "task_norm": g["task_norm"][advantage]} for g in per_group]})
     return out
 
 
@@ -212,10 +256,14 @@ def main(argv=None) -> int:
     parser.add_argument("--kl-coef", type=float, default=0.001, help="RAGEN-2's kl_loss_coef")
     parser.add_argument("--seed", type=int, default=0, help="picks the analysis instances and the sampling")
     parser.add_argument("--out", type=Path, default=Path("docs/benchmarks/gradient_buckets.json"))
+    parser.add_argument("--threads", type=int, default=None,
+                        help="CPU threads (default: torch's); 1 beside a suite runner, whose cells' times are reported")
     parser.add_argument("overrides", nargs="*", help="KEY=VALUE over the run's config")
     args = parser.parse_args(argv)
     if args.groups < 32 or args.group_size < 16:
         print(f"note: {args.groups} x {args.group_size} is under the 32 x 16 the issue asks for", file=sys.stderr)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     cfg = analysis_config(args.run, args.groups, args.group_size, args.kl_coef, args.overrides)
     torch.manual_seed(args.seed)
     models = learner.build_models(cfg)  # the run's start model, and the same model as the KL reference
@@ -240,9 +288,12 @@ def main(argv=None) -> int:
         models.policy.eval()
         batch = rollout_in_chunks(models.policy, models.tokenizer, env_factory(cfg), seeds, cfg.rollout, generator,
                                   chunk_groups=max(1, ROLLOUT_EPISODES // cfg.rollout.group_size))
+        rolled = time.perf_counter()
+        print(f"step {step}: {len(batch.trajectories)} episodes rolled out in {rolled - started:.0f} s", file=sys.stderr)
         done = analyse(models, cfg, batch, int(step))
         for c in done:  # what one checkpoint cost, rollout and both advantages' passes (planning runs)
             c["wall_s"] = round(time.perf_counter() - started, 1)
+            c["rollout_s"] = round(rolled - started, 1)
         result["checkpoints"].extend(done)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=1))  # after each checkpoint

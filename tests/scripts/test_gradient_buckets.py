@@ -142,3 +142,58 @@ def test_an_interrupted_analysis_goes_on_from_its_last_checkpoint(tmp_path, half
     assert both[:2] == first and [c["step"] for c in both] == [0, 0, 3, 3]
     assert tool.main([*common[:-2], "--out", str(out), "--seed", "1", "--checkpoint", "0=start"]) == 0
     assert analysed == [0, 3, 0]  # other analysis seeds: other instances, nothing reused
+
+
+def test_a_group_at_a_time_with_scaled_grpo_equals_each_advantages_own_decomposition(tmp_path, half_coin):
+    """The script takes each group's gradients once and gets GRPO's task term by scaling the
+    group's Dr.GRPO one (group_scales); the engine's decomposition, run once per advantage type
+    over whole buckets, must give the same bucket norms (to float rounding)."""
+    import dataclasses
+
+    import torch
+
+    from ragen2.algos.estimators import compute_advantages
+    from ragen2.engines.local import grad_decomp, learner
+    from ragen2.engines.local.run import env_factory
+    from ragen2.rollout import rollout_in_chunks
+    from ragen2.seeding import instance_seeds
+
+    tokenizer = tiny_tokenizer("chatml")
+    start, later = tmp_path / "start", tmp_path / "later"
+    for folder, seed in ((start, 0), (later, 1)):
+        tiny_llama(tokenizer, seed=seed).save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+    run = tmp_path / "run"
+    run.mkdir()
+    write_config(run, load_config(algo="ragen2-dr-grpo", overrides=[
+        f"env.name={half_coin}", f"model.name={start}", "model.dtype=float32", "rollout.max_new_tokens=4"]))
+    spec = importlib.util.spec_from_file_location("gradient_buckets_exact_under_test", SCRIPT)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    cfg = tool.analysis_config(run, 12, 4, 0.01, [])
+    torch.manual_seed(0)
+    models = learner.build_models(cfg)
+    tool.load_weights(models, str(later))  # away from the reference: a KL gradient exists
+    models.policy.eval()
+    batch = rollout_in_chunks(models.policy, models.tokenizer, env_factory(cfg), instance_seeds([0, 1], 12),
+                              cfg.rollout, torch.Generator().manual_seed(0), chunk_groups=3)
+    out = {c["advantage"]: c for c in tool.analyse(models, cfg, batch, 0)}
+    base = learner.update_inputs(models, batch, cfg, old_log_probs=False)
+    for advantage in tool.ADVANTAGES:
+        algo = cfg.algo.model_copy(update={"advantage": advantage})
+        data = dataclasses.replace(base, advantages=compute_advantages(algo, batch, None, None, base.ref_log_probs)[0])
+        whole = grad_decomp.decompose(models.policy, cfg, batch, data, prefix="g",
+                                      analysis=grad_decomp.Analysis(whole=False))
+        buckets = out[advantage]["buckets"]
+        assert len(buckets) == 6
+        for b in buckets:
+            key = f"g/{b['bucket']}/"
+            assert b["task_norm"] == pytest.approx(whole[key + "task_norm"], rel=1e-4, abs=1e-9)
+            assert b["entropy_norm"] == pytest.approx(whole[key + "entropy_scaled_norm"], rel=1e-4)
+            assert b["kl_norm"] == pytest.approx(whole[key + "kl_scaled_norm"], rel=1e-4)
+            assert b["tokens"] == whole[key + "num_tokens"]
+        assert any(b["kl_norm"] > 0 for b in buckets) and any(b["task_norm"] > 0 for b in buckets)
+        # each group's own norm: zero-variance groups exactly 0, the others not
+        points = out[advantage]["group_points"]
+        assert len(points) == 12
+        assert all((p["task_norm"] == 0.0) == (p["reward_std"] == 0) for p in points)

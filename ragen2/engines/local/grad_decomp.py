@@ -52,10 +52,9 @@ def due(cfg: Config, step: int) -> bool:
 
 
 def loss_coefficients(cfg: Config, names) -> dict[str, float]:
-    """How the terms enter the total loss (losses.actor_loss_coefficients), for the terms present
-    ("task@<name>", the task term under another advantage, as the task term)."""
+    """How the terms present enter the total loss (losses.actor_loss_coefficients)."""
     coefs = losses.actor_loss_coefficients(cfg.algo.entropy_coef, cfg.algo.kl_coef)
-    return {name: coefs[name.partition("@")[0]] for name in names}
+    return {name: coefs[name] for name in names}
 
 
 def group_reward_std(batch, ddof: int = 1) -> dict[int, float]:
@@ -66,11 +65,12 @@ def group_reward_std(batch, ddof: int = 1) -> dict[int, float]:
     return dict(zip(rewards, snr.group_spread(list(rewards.values()), ddof)[1].tolist()))
 
 
-def bucket_gradients(policy, cfg: Config, data: learner.UpdateInputs, rows: list[int],
-                     other_advantages: dict[str, torch.Tensor] | None = None):
-    """Per-term gradients of one bucket's loss, accumulated over micro-batches; with
-    `other_advantages` (name -> [B, T] advantages of all rows), also the task term's under each
-    ("task@<name>", from the same forward: learner.actor_loss).
+def bucket_gradients(policy, cfg: Config, data: learner.UpdateInputs, rows: list[int]):
+    """Per-term gradients of one bucket's loss, accumulated over micro-batches.
+
+    Each term's gradient is added into the bucket's sum as soon as it is taken, so one fresh
+    gradient is alive at a time. A micro-batch whose advantages are all exactly 0.0 (a group
+    of identical rewards, mean-centred) has an exactly zero task gradient: no backward for it.
 
     Returns (components, loss values, sampled tokens, sequences with tokens).
     """
@@ -86,11 +86,12 @@ def bucket_gradients(policy, cfg: Config, data: learner.UpdateInputs, rows: list
     totals = dict(total_tokens=max(1, tokens), total_sequences=max(1, sequences))
     for start in range(0, len(rows), micro):
         idx = index[start:start + micro]
-        others = {name: advantages[idx] for name, advantages in (other_advantages or {}).items()}
-        terms = learner.actor_loss(policy, learner.ActorBatch.of(data, idx), settings, totals, others).terms
+        terms = learner.actor_loss(policy, learner.ActorBatch.of(data, idx), settings, totals).terms
         for name, value in terms.items():  # fixed totals: micro-batch losses sum to the bucket's
             values[name] = values.get(name, 0.0) + float(value.detach())
-        grad_lib.accumulate(components, grad_lib.gradient_components(terms, params))
+        if not bool(data.advantages[idx].any()):
+            terms["task"] = terms["task"].detach()  # taken as zeros, without a pass
+        grad_lib.accumulate_gradient_components(components, terms, params)
     return components, values, tokens, sequences
 
 
@@ -108,9 +109,7 @@ class BucketGradients:
 def _bucket_metrics(bucket: BucketGradients) -> dict[str, float]:
     out = grad_lib.component_metrics(bucket.components, num_tokens=bucket.num_tokens,
                                      num_samples=bucket.num_sequences, coefficients=bucket.coefficients)
-    # the update's gradient: its own terms, not the task term again under another advantage
-    own = {name: grads for name, grads in bucket.components.items() if "@" not in name}
-    total = grad_lib.combine(own, {name: bucket.coefficients[name] for name in own})
+    total = grad_lib.combine(bucket.components, bucket.coefficients)
     out["total_norm"] = grad_lib.norm(total)
     for name, value in bucket.loss_values.items():
         out[f"loss_{name}"] = value
@@ -136,10 +135,8 @@ def split_buckets(cfg: Config, spreads: list[float]) -> dict[str, list[int]]:
 
 @dataclass(frozen=True)
 class Analysis:
-    """What a decomposition computes beyond the update's own terms per bucket."""
+    """What a decomposition computes beyond the buckets' own terms."""
 
-    # name -> [B, T] advantages: the task term under each too ("task@<name>", the same forward)
-    other_advantages: dict[str, torch.Tensor] | None = None
     # the `all` bucket (the buckets' weighted sum: one more set of gradients held throughout);
     # a per-bucket figure that never reads it saves that memory
     whole: bool = True
@@ -163,7 +160,7 @@ def iter_bucket_gradients(policy, cfg: Config, batch, data: learner.UpdateInputs
     for name, members in buckets.items():
         member_groups = {groups[i] for i in members}
         rows = [r for r, g in enumerate(group_of_row) if g in member_groups]
-        components, values, tokens, sequences = bucket_gradients(policy, cfg, data, rows, analysis.other_advantages)
+        components, values, tokens, sequences = bucket_gradients(policy, cfg, data, rows)
         coefs = loss_coefficients(cfg, components)
         yield BucketGradients(name, components, values, coefs, tokens, sequences, [stds[g] for g in member_groups])
         if not analysis.whole:
@@ -185,7 +182,7 @@ def iter_bucket_gradients(policy, cfg: Config, batch, data: learner.UpdateInputs
 def decompose(policy, cfg: Config, batch, data: learner.UpdateInputs, prefix: str = GRAD,
               analysis: Analysis = Analysis()) -> dict[str, float]:
     """`<prefix>/<bucket>/<key>` metrics for every bucket and `all`; no parameter changes.
-    `analysis`: other advantages' task terms (`task@<name>_norm` etc.), and whether `all` is wanted."""
+    `analysis`: whether `all` is wanted."""
     started = time.perf_counter()
     if int(data.response_mask.sum().item()) == 0:
         return {f"{prefix}/skipped_no_tokens": 1.0, f"{prefix}/time_s": time.perf_counter() - started}

@@ -270,13 +270,10 @@ class ActorLoss:
     log_probs: torch.Tensor  # of the sampled tokens, with gradient
 
 
-def actor_loss(policy: nn.Module, batch: ActorBatch, settings: ActorLossSettings, totals: dict,
-               other_advantages: dict[str, torch.Tensor] | None = None) -> ActorLoss:
+def actor_loss(policy: nn.Module, batch: ActorBatch, settings: ActorLossSettings, totals: dict) -> ActorLoss:
     """The one builder of the actor's loss terms: the PPO update, the gradient decomposition and
     the supervised warm start all take their loss from here. `totals`: the mini-batch's
-    total_tokens / total_sequences (losses.aggregate_token_loss), or {} for the micro-batch's own.
-    `other_advantages` (name -> the rows' advantages): the task term again under each, from the
-    same forward, as terms["task@<name>"] (the decomposition compares advantage estimators)."""
+    total_tokens / total_sequences (losses.aggregate_token_loss), or {} for the micro-batch's own."""
     packed = prefix_lib.PaddingFree.after(batch.prefix) if settings.padding_free else None
     log_probs, entropy = policy_log_probs(policy, batch, settings.temperature, with_entropy=settings.with_entropy,
                                           shared_prefix=settings.shared_prefix, padding_free=packed)
@@ -284,9 +281,6 @@ def actor_loss(policy: nn.Module, batch: ActorBatch, settings: ActorLossSettings
     ref = batch.ref_log_probs if settings.kl_as_loss else None
     terms, metrics = losses.actor_loss_terms(log_probs, entropy, old, batch.advantages, batch.response_mask, ref,
                                              **settings.terms, **totals)
-    for name, advantages in (other_advantages or {}).items():
-        terms[f"task@{name}"] = losses.actor_loss_terms(log_probs, None, old, advantages, batch.response_mask,
-                                                        **settings.terms, **totals)[0]["task"]
     return ActorLoss(terms, metrics, log_probs)
 
 
