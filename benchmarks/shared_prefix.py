@@ -1,9 +1,14 @@
-"""Shared-prefix passes on and off, side by side in one run: old log-probs and the update.
+"""Shared-prefix (or padding-free) passes on and off, side by side in one run: old log-probs and the update.
 
     python benchmarks/shared_prefix.py [--threads auto|N] [--repeats 2] [--env NAME] [--algo NAME]
+                                       [--config RUN/config.yaml] [--switch shared_prefix|padding_free]
                                        [--whole-step] [--skip-phases] [--sides both|off|on] [--warm-up N]
                                        [--heap kept|default]
                                        [--out docs/benchmarks/shared_prefix.json] [KEY=VALUE ...]
+
+`--switch padding_free` turns `optim.padding_free` off and on instead (shared prefix on both sides:
+the off side is the padded shared-prefix passes). `--config` starts from a run's saved config
+(e.g. a bench suite cell's) instead of configs/base.yaml with --env/--algo.
 
 Model: the bundled SmolLM2-135M-Instruct on CPU, in the precision `model.dtype=auto` resolves to
 here (or KEY=VALUE `model.dtype=float32`). Config: configs/base.yaml (the CPU default: 4 groups x 4,
@@ -59,13 +64,18 @@ from ragen2 import attention, heap
 from ragen2 import metric_names as names
 from ragen2 import seeding
 from ragen2.bench.machine import emit_report, machine_info
-from ragen2.config import load_config
+from ragen2.config import load_config, saved_config
 from ragen2.engines.local import learner
 from ragen2.engines.local import trainer
 from ragen2.instruments import probe as probe_lib
 from ragen2.rollout import rollout
 
 ROOT = Path(__file__).resolve().parents[1]
+SWITCHES = ("shared_prefix", "padding_free")  # the optim.* flag the sides turn off and on
+
+
+def set_side(cfg, side: str, switch: str = "shared_prefix") -> None:
+    setattr(cfg.optim, switch, side == "on")
 
 
 def log(message: str) -> None:
@@ -182,10 +192,12 @@ def pick_threads(choice: str) -> tuple[int, str]:
     return torch.get_num_threads(), f"auto: load average {load:.1f} on {cores} cores, torch's default"
 
 
-def off_side(off_as_before: bool) -> str:
+def off_side(off_as_before: bool, switch: str = "shared_prefix") -> str:
+    if switch == "padding_free":
+        return "padding-free off: the padded shared-prefix passes, everything else today's"
     return ("as before: shared prefix off, transformers' sdpa, the probe scoring the whole model, "
             "weights cast per micro-batch in the no-grad passes"
-            if off_as_before else "shared prefix off, everything else today's")
+            if off_as_before else "shared prefix off (padded passes), everything else today's")
 
 
 def side_state(side: str, models, off_as_before: bool):
@@ -195,7 +207,7 @@ def side_state(side: str, models, off_as_before: bool):
 
 def phase_comparison(cfg, models, optimizers, batch, repeats: int, on_policy: bool, restore,
                      off_as_before: bool = False, sides: tuple[str, ...] = ("off", "on"),
-                     warm_up: int = 0) -> dict:
+                     warm_up: int = 0, switch: str = "shared_prefix") -> dict:
     """The old-log-prob pass and the update, off and on alternating, on one rollout's batch
     (`sides`: one of them only, for a child of benchmarks/step_before_after.py). `warm_up`
     untimed passes and updates a side first: a process's first updates also fault in the heap
@@ -205,14 +217,14 @@ def phase_comparison(cfg, models, optimizers, batch, repeats: int, on_policy: bo
     old_by_side, metrics_by_side = {}, {}
     for _ in range(warm_up):
         for side in sides:
-            cfg.optim.shared_prefix = side == "on"
+            set_side(cfg, side, switch)
             with side_state(side, models, off_as_before):
                 learner.ppo_update(models, optimizers, learner.update_inputs(models, batch, cfg, old_log_probs=True),
                                    cfg, torch.Generator().manual_seed(0))
             restore()
     for repeat in range(repeats):
         for side in (sides if repeat % 2 == 0 else sides[::-1]):
-            cfg.optim.shared_prefix = side == "on"
+            set_side(cfg, side, switch)
             with side_state(side, models, off_as_before):
                 data = phase("old_log_probs", lambda: learner.update_inputs(models, batch, cfg, old_log_probs=True),
                              fed, results[side])
@@ -220,7 +232,7 @@ def phase_comparison(cfg, models, optimizers, batch, repeats: int, on_policy: bo
             log(f"[{repeat}] {side}: old log-probs {results[side]['old_log_probs']['runs_s'][-1]:.1f} s "
                 f"({results[side]['old_log_probs']['cpu_runs_s'][-1]:.1f} s CPU)")
         for side in (sides if repeat % 2 == 0 else sides[::-1]):
-            cfg.optim.shared_prefix = side == "on"
+            set_side(cfg, side, switch)
             with side_state(side, models, off_as_before):
                 data = learner.update_inputs(models, batch, cfg, old_log_probs=not on_policy)  # untimed
                 metrics_by_side[side] = phase("update", lambda: learner.ppo_update(
@@ -230,7 +242,7 @@ def phase_comparison(cfg, models, optimizers, batch, repeats: int, on_policy: bo
                 f"({results[side]['update']['cpu_runs_s'][-1]:.1f} s CPU)")
     if len(sides) == 1:
         return {sides[0]: results[sides[0]], "update_metrics": metrics_by_side[sides[0]],
-                "off_side": off_side(off_as_before), "warm_up_updates": warm_up}
+                "off_side": off_side(off_as_before, switch), "warm_up_updates": warm_up}
     mask = batch.response_mask.bool()
     diff = (old_by_side["on"] - old_by_side["off"])[mask].abs().max().item()
     scale = old_by_side["off"][mask].abs().max().item()
@@ -243,7 +255,7 @@ def phase_comparison(cfg, models, optimizers, batch, repeats: int, on_policy: bo
         "speedup_cpu": {name: round(results["off"][name]["best_cpu_s"] / results["on"][name]["best_cpu_s"], 2)
                         for name in ("old_log_probs", "update")},
         "target_speedup": 2.5,
-        "off_side": off_side(off_as_before),
+        "off_side": off_side(off_as_before, switch),
         "agreement": {"old_log_probs_max_abs_diff": diff, "old_log_probs_max_abs": scale,
                       "update_metrics_off_on": compared},
     }
@@ -274,14 +286,14 @@ def as_before(models):
 
 
 def whole_steps(cfg, models, repeats: int, restore, off_as_before: bool = False,
-                sides: tuple[str, ...] = ("off", "on")) -> dict:
+                sides: tuple[str, ...] = ("off", "on"), switch: str = "shared_prefix") -> dict:
     """Whole `trainer.train_step`s with the switch off and on, alternating after a warm-up; each
     from the rollout's weights (`restore`), a fresh optimiser, step 0 and the same seeds."""
     results: dict[str, list[dict]] = {side: [] for side in sides}
     with tempfile.TemporaryDirectory() as tmp:
         def one_step(side: str) -> dict:
             restore()
-            cfg.optim.shared_prefix = side == "on"
+            set_side(cfg, side, switch)
             run = trainer.setup(cfg, Path(tmp) / f"run-{side}", quiet=True, models=models)
             probe_cpu: list[float] = []
             real_measure = probe_lib.Probe.measure
@@ -326,7 +338,7 @@ def whole_steps(cfg, models, repeats: int, restore, off_as_before: bool = False,
     best = {side: min(runs, key=lambda r: r["phases_s"]["step"]) for side, runs in results.items()}
     if len(sides) == 1:
         return {sides[0]: results[sides[0]], "best_step_s": {sides[0]: best[sides[0]]["phases_s"]["step"]},
-                "best_phases_s": {sides[0]: best[sides[0]]["phases_s"]}, "off_side": off_side(off_as_before)}
+                "best_phases_s": {sides[0]: best[sides[0]]["phases_s"]}, "off_side": off_side(off_as_before, switch)}
     # The step's own phases; what the trainer times outside them (probe, batch building) is "other".
     named = (names.PHASE_ROLLOUT, "probe", names.PHASE_OLD_LOG_PROBS, names.PHASE_REF_LOG_PROBS, names.PHASE_VALUES,
              names.PHASE_ADVANTAGES, names.PHASE_FILTER, names.PHASE_UPDATE)
@@ -343,7 +355,7 @@ def whole_steps(cfg, models, repeats: int, restore, off_as_before: bool = False,
         "on_dominant_phase": max(left, key=left.get),
         "on_dominant_share": round(max(left.values()) / best["on"]["phases_s"]["step"], 3),
         "same_rollout_rewards": [r["reward_mean"] for side in ("off", "on") for r in results[side]],
-        "off_side": off_side(off_as_before),
+        "off_side": off_side(off_as_before, switch),
     }
 
 
@@ -353,6 +365,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--env", default=None)
     parser.add_argument("--algo", default=None)
+    parser.add_argument("--config", default=None, help="a run's config.yaml to start from (instead of --env/--algo)")
+    parser.add_argument("--switch", choices=SWITCHES, default="shared_prefix",
+                        help="the optim flag the sides turn off and on")
     parser.add_argument("--whole-step", action="store_true", help="also time whole training steps off and on")
     parser.add_argument("--skip-phases", action="store_true", help="only the whole steps (with --whole-step)")
     parser.add_argument("--off-as-before", action="store_true",
@@ -373,9 +388,14 @@ def main() -> None:
     sides = ("off", "on") if args.sides == "both" else (args.sides,)
     threads, threads_reason = pick_threads(args.threads)
     load_start = os.getloadavg()
-    cfg = load_config(env=args.env, algo=args.algo,
-                      overrides=["model.device=cpu", *([] if args.whole_step else ["probe.every=0"]),
-                                 *args.overrides])
+    overrides = ["model.device=cpu", *([] if args.whole_step else ["probe.every=0"]), *args.overrides]
+    if args.switch == "padding_free" and args.off_as_before:
+        parser.error("--off-as-before undoes the shared-prefix work; it goes with --switch shared_prefix")
+    # the other flag fixed, so only the switch differs: padding-free passes share prompts themselves,
+    # so the shared-prefix comparison runs padded; the padding-free one shares prompts on both sides
+    overrides.insert(0, "optim.padding_free=false" if args.switch == "shared_prefix" else "optim.shared_prefix=true")
+    cfg = (saved_config(args.config, overrides) if args.config else
+           load_config(env=args.env, algo=args.algo, overrides=overrides))
     choices = []
     (models, load_s) = timed(lambda: learner.build_models(cfg, report=choices.append))
     log(f"models loaded in {load_s:.1f} s; {choices[0].describe() if choices else cfg.model.dtype}")
@@ -399,6 +419,7 @@ def main() -> None:
     report = {
         "machine": machine_info(), "cpu": cpu_description(), "torch_threads": threads,
         "threads_reason": threads_reason, "load_avg_at_start": [round(x, 2) for x in load_start],
+        "switch": f"optim.{args.switch}", "config_file": args.config,
         "model": cfg.model.name, "dtype": cfg.model.dtype, "precision_choice": [c.describe() for c in choices],
         "config": {"env": cfg.env.name, "algo": cfg.algo.name, "groups_x_size":
                    f"{cfg.rollout.num_groups}x{cfg.rollout.group_size}", "max_turns": cfg.rollout.max_turns,
@@ -413,9 +434,9 @@ def main() -> None:
     }
     if not args.skip_phases:
         report.update(phase_comparison(cfg, models, optimizers, batch, args.repeats, on_policy, restore,
-                                       args.off_as_before, sides, args.warm_up))
+                                       args.off_as_before, sides, args.warm_up, args.switch))
     if args.whole_step:
-        report["whole_step"] = whole_steps(cfg, models, args.repeats, restore, args.off_as_before, sides)
+        report["whole_step"] = whole_steps(cfg, models, args.repeats, restore, args.off_as_before, sides, args.switch)
     report["load_avg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     emit_report(report, args.out)
 

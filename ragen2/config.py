@@ -144,6 +144,12 @@ class OptimSection(Section):
     # shares its keys/values with the G continuations, gradients summed through them. Same
     # numbers to float rounding, about 1/G of the prompt's work; false = every row whole
     shared_prefix: bool = True
+    # Each training forward (old/ref log-probs, values, the update) runs its micro-batch as one
+    # unpadded sequence, a shared prompt still once (ragen2/shared_prefix: padding_free_hidden_states),
+    # as many rows as micro_batch_size padded rows' memory holds. Multi-turn rows of one group end
+    # after 1 to K turns, so padded passes compute much padding. Same numbers to float rounding.
+    # Models whose attention is not ragen2's (ragen2.attention) run the padded passes
+    padding_free: bool = True
 
 
 class TrainerSection(Section):

@@ -57,9 +57,9 @@ def build_models(cfg: Config, report=None) -> Models:
 
 
 def critic_values(critic: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                  shared_prefix: bool = False) -> torch.Tensor:
-    """V(state before token t) at position t; [B, T]. `shared_prefix` as in policy_log_probs
-    (for a models.ValueModel; other critics run plain)."""
+                  shared_prefix: bool = False, padding_free: bool = False) -> torch.Tensor:
+    """V(state before token t) at position t; [B, T]. `shared_prefix` and `padding_free` as in
+    policy_log_probs (for a models.ValueModel; other critics run plain)."""
     batch, seq_len = input_ids.shape
     width = padded_width(attention_mask)
     values = torch.zeros(batch, seq_len, dtype=torch.float32, device=input_ids.device)
@@ -67,8 +67,10 @@ def critic_values(critic: nn.Module, input_ids: torch.Tensor, attention_mask: to
         return values
     ids, attn = input_ids[:, :width], attention_mask[:, :width]
     with precision.autocast(critic):  # the value head itself runs in fp32 (models.ValueModel)
-        if shared_prefix and hasattr(critic, "values_from_hidden"):
-            per_position = critic.values_from_hidden(prefix_lib.hidden_states(critic.body, ids, attn))
+        if (shared_prefix or padding_free) and hasattr(critic, "values_from_hidden"):
+            packed = prefix_lib.PaddingFree() if padding_free else None
+            per_position = critic.values_from_hidden(prefix_lib.hidden_states(critic.body, ids, attn, shared_prefix,
+                                                                              packed))
         else:
             per_position = critic(ids, attn)
     per_position = per_position.float()
@@ -79,19 +81,21 @@ def critic_values(critic: nn.Module, input_ids: torch.Tensor, attention_mask: to
 
 @torch.no_grad()
 def batched(fn, micro_batch_size: int, *tensors: torch.Tensor, pack: bool = False,
-            attention: float = 0.0) -> torch.Tensor:
+            attention: float = 0.0, padding_free: bool = False) -> torch.Tensor:
     """Apply `fn` to row slices and concatenate; padding is trimmed per slice.
 
     `pack` (tensors: input ids, attention mask[, response mask]): slices are packed by shared
     prefix (shared_prefix.micro_batches: a group's rows together, as many as cost no more than
-    `micro_batch_size` plain rows; `attention`: the model's shared_prefix.attention_cost); the
-    output is in the input's row order."""
+    `micro_batch_size` plain rows; `attention`: the model's shared_prefix.attention_cost;
+    `padding_free`: `fn` runs each slice unpadded, so a slice holds the rows whose packed tokens
+    fit); the output is in the input's row order."""
     rows = tensors[0].shape[0]
     if not pack:
         slices = [torch.arange(i, min(i + micro_batch_size, rows)) for i in range(0, rows, micro_batch_size)]
     else:
         slices = prefix_lib.micro_batches(prefix_lib.TokenRows(*tensors[:3]), torch.arange(rows, device=tensors[0].device),
-                                          micro_batch_size, no_grad=True, attention=attention)
+                                          micro_batch_size, no_grad=True, attention=attention,
+                                          padding_free=prefix_lib.PaddingFree() if padding_free else None)
     outputs = [fn(*(t[index] for t in tensors)) for index in slices]
     order = torch.cat(slices).to(tensors[0].device)
     result = torch.cat(outputs, dim=0)
@@ -149,6 +153,7 @@ def update_inputs(models: Models, batch, cfg: Config, old_log_probs: bool = True
     phase = timer or (lambda name: contextlib.nullcontext())
     micro, shared = cfg.optim.micro_batch_size, cfg.optim.shared_prefix
     batch = batch.to(models.device)
+    unpadded = runs_padding_free(cfg.optim, models.critic) if models.critic is not None else False
     ids, attn, mask = batch.input_ids, batch.attention_mask, batch.response_mask
     attention = prefix_lib.attention_cost(models.policy)  # the critic and reference share its shape
 
@@ -161,8 +166,8 @@ def update_inputs(models: Models, batch, cfg: Config, old_log_probs: bool = True
             ref = log_probs_pass(models.reference, batch, cfg, attention)
     if models.critic is not None:
         with phase(names.PHASE_VALUES), precision.autocast(models.critic):  # one context: see log_probs_pass
-            values = batched(lambda i, a: critic_values(models.critic, i, a, shared_prefix=shared),
-                             micro, ids, attn, pack=shared, attention=attention)
+            values = batched(lambda i, a: critic_values(models.critic, i, a, shared_prefix=shared, padding_free=unpadded),
+                             micro, ids, attn, pack=shared, attention=attention, padding_free=unpadded)
     with phase(names.PHASE_ADVANTAGES):
         advantages, returns = compute_advantages(cfg.algo, batch, values, old, ref)
     return UpdateInputs(ids, attn, mask, old, advantages, ref, values, returns)
@@ -177,10 +182,19 @@ def log_probs_pass(model: nn.Module, tokens: TokenRows, cfg: Config, attention: 
     micro-batch (a cast of every weight is a pass over all of them in memory). The copies are the
     same, so are the log-probs."""
     temperature, shared = cfg.rollout.temperature, cfg.optim.shared_prefix
+    unpadded = runs_padding_free(cfg.optim, model)
+    packed = prefix_lib.PaddingFree() if unpadded else None
     with precision.autocast(model):
-        return batched(lambda i, a, m: policy_log_probs(model, TokenRows(i, a, m), temperature, shared_prefix=shared)[0],
+        return batched(lambda i, a, m: policy_log_probs(model, TokenRows(i, a, m), temperature, shared_prefix=shared,
+                                                        padding_free=packed)[0],
                        cfg.optim.micro_batch_size, tokens.input_ids, tokens.attention_mask, tokens.response_mask,
-                       pack=shared, attention=attention)
+                       pack=shared, attention=attention, padding_free=unpadded)
+
+
+def runs_padding_free(optim, model: nn.Module) -> bool:
+    """optim.padding_free, where the model's attention can run it (else its passes pad)."""
+    body = model.get_decoder() if hasattr(model, "get_decoder") else getattr(model, "body", model)
+    return optim.padding_free and prefix_lib.padding_free_supported(body)
 
 
 def reuses_current_log_probs(optim, rows: int) -> bool:
@@ -210,7 +224,7 @@ class ActorLossSettings:
 
     temperature: float  # the sampling temperature the log-probs are taken at
     shared_prefix: bool  # optim.shared_prefix: rows sharing a prompt encode it once
-    padding_free: bool  # the rows run as one unpadded sequence (sft.padding_free; the RL update pads)
+    padding_free: bool  # the rows run as one unpadded sequence (optim.padding_free; sft.padding_free)
     with_entropy: bool  # an "entropy" term (and its forward cost)
     kl_as_loss: bool  # a "kl" term, when the batch has reference log-probs
     terms: dict  # clip_low, clip_high, dual_clip, agg_mode, kl_estimator
@@ -219,7 +233,7 @@ class ActorLossSettings:
     def update(cls, cfg: Config) -> ActorLossSettings:
         """The PPO update's (and the gradient decomposition's): the algo section as configured."""
         algo = cfg.algo
-        return cls(cfg.rollout.temperature, cfg.optim.shared_prefix, False, True, algo.kl_mode == "loss",
+        return cls(cfg.rollout.temperature, cfg.optim.shared_prefix, cfg.optim.padding_free, True, algo.kl_mode == "loss",
                    dict(clip_low=algo.clip_low, clip_high=algo.clip_high, dual_clip=algo.dual_clip,
                         agg_mode=algo.loss_agg, kl_estimator=algo.kl_estimator))
 
@@ -307,7 +321,7 @@ def _critic_micro_loss(models: Models, data: UpdateInputs, rows: torch.Tensor, m
                        cfg: Config, options: UpdateOptions):
     """(weighted loss, logged) of the critic on micro-batch `rows`; None when the loss is not finite."""
     values = critic_values(models.critic, data.input_ids[rows], data.attention_mask[rows],
-                           shared_prefix=cfg.optim.shared_prefix)
+                           shared_prefix=cfg.optim.shared_prefix, padding_free=cfg.optim.padding_free)
     loss, value_metrics = losses.clipped_value_loss(values, data.old_values[rows], data.returns[rows],
                                                     data.response_mask[rows], clip_range=cfg.algo.value_clip,
                                                     agg_mode="token-mean",
@@ -334,7 +348,8 @@ def ppo_update(models: Models, optimizers: Optimizers, data: UpdateInputs, cfg: 
     options = options or UpdateOptions()
     _check_update(models, data, cfg, options)
     plan = minibatch.plan_mini_batches(data, cfg.optim, generator, packs_by_prefix(cfg.optim, data.input_ids.shape[0]),
-                                       prefix_lib.attention_cost(models.policy))
+                                       prefix_lib.attention_cost(models.policy),
+                                       runs_padding_free(cfg.optim, models.policy))
     with_critic = models.critic is not None
     stepping = ([minibatch.Stepped(optimizers.actor, models.policy, names.ACTOR_GRAD_NORM)]
                 if options.train_actor else [])

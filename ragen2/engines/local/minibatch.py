@@ -28,11 +28,14 @@ class MiniBatch:
     weight: float  # each micro-batch loss's factor: 1, or 1 / micro-batches (loss_scope=micro_batch)
 
 
-def plan_mini_batches(data, optim, generator: torch.Generator, pack: bool, attention: float) -> list[MiniBatch]:
+def plan_mini_batches(data, optim, generator: torch.Generator, pack: bool, attention: float,
+                      padding_free: bool = False) -> list[MiniBatch]:
     """Every epoch's shuffled mini-batches, in the order the update takes them.
 
     `pack`: micro-batches cut by shared prefix (a group's rows together: its prompt is encoded
-    once; learner.packs_by_prefix says when), `attention` the model's shared_prefix.attention_cost.
+    once; learner.packs_by_prefix says when), `attention` the model's shared_prefix.attention_cost,
+    `padding_free` whether the passes run unpadded (a packed micro-batch then holds the rows whose
+    packed tokens fit).
     Drawing every epoch's order up front takes the same numbers from `generator` as drawing each
     at its epoch: nothing else in the update draws from it."""
     rows = data.input_ids.shape[0]
@@ -43,7 +46,8 @@ def plan_mini_batches(data, optim, generator: torch.Generator, pack: bool, atten
         for start in range(0, rows, optim.mini_batch_size):
             mini = order[start:start + optim.mini_batch_size]
             if pack:
-                micro = prefix_lib.micro_batches(data, mini, optim.micro_batch_size, attention=attention)
+                micro = prefix_lib.micro_batches(data, mini, optim.micro_batch_size, attention=attention,
+                                                 padding_free=prefix_lib.PaddingFree() if padding_free else None)
             else:
                 # Longest rows first, so each micro-batch holds rows of similar length: a micro-batch
                 # is trimmed to its longest row, and the gradient sum does not depend on the grouping.

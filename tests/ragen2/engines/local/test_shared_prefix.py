@@ -357,25 +357,32 @@ TINY = ["rollout.num_groups=3", "rollout.group_size=2", "rollout.max_new_tokens=
         "--steps", "3"]
 
 
+# each switch alone: the shared-prefix passes with padded micro-batches, and the padding-free ones
+SWITCHES = {"shared_prefix": ("shared_hidden_states", ["optim.padding_free=false"]),
+            "padding_free": ("padding_free_hidden_states", [])}
+
+
+@pytest.mark.parametrize("switch", sorted(SWITCHES))
 @pytest.mark.parametrize("setting", [["--algo", "grpo", "optim.mini_batch_size=6"],
                                      ["--algo", "ppo", "--env", "sokoban", "rollout.max_turns=2",
                                       "optim.mini_batch_size=4"]],
                          ids=["grpo-bandit-one-step", "ppo-sokoban-two-minibatches"])
-def test_a_run_gives_the_same_metrics_with_the_switch_on_and_off(tiny_model_dir, tmp_path, setting, monkeypatch):
-    shared_calls = []
-    real = prefix_lib.shared_hidden_states
-    monkeypatch.setattr(prefix_lib, "shared_hidden_states",
-                        lambda *a, **k: shared_calls.append(1) or real(*a, **k))
+def test_a_run_gives_the_same_metrics_with_the_switch_on_and_off(tiny_model_dir, tmp_path, setting, switch,
+                                                                  monkeypatch):
+    calls = []
+    function, others = SWITCHES[switch]
+    real = getattr(prefix_lib, function)
+    monkeypatch.setattr(prefix_lib, function, lambda *a, **k: calls.append(1) or real(*a, **k))
     rows = {}
-    for switch in ("true", "false"):
+    for on in ("true", "false"):
         argv = ["train", "--quiet", "--model", str(tiny_model_dir), "--out", str(tmp_path),
-                f"trainer.run_name=shared-{switch}", f"optim.shared_prefix={switch}", *TINY, *setting]
+                f"trainer.run_name={switch}-{on}", f"optim.{switch}={on}", *others, *TINY, *setting]
         assert main(argv) == 0
-        rows[switch] = read_metrics(tmp_path / f"shared-{switch}")
-        if switch == "true":
-            assert shared_calls, "the run never took a shared-prefix pass"
-            shared_calls.clear()
-    assert not shared_calls  # the switch turns it off
+        rows[on] = read_metrics(tmp_path / f"{switch}-{on}")
+        if on == "true":
+            assert calls, f"the run never took a {function} pass"
+            calls.clear()
+    assert not calls  # the switch turns it off
     assert len(rows["true"]) == len(rows["false"]) == 3
     for on, off in zip(rows["true"], rows["false"]):
         keys = {k for k in off if not k.startswith(("time/", "throughput/"))}
