@@ -49,6 +49,7 @@ from grad_vs_spread import FLOOR_RELATIVE, secondary_fit  # noqa: E402
 
 from mi_probe import gradients as grad_lib  # noqa: E402
 from ragen2.algos.estimators import compute_advantages  # noqa: E402
+from ragen2.bench.machine import code_version  # noqa: E402
 from ragen2.config import saved_config  # noqa: E402
 from ragen2.engines.local import grad_decomp, learner  # noqa: E402
 from ragen2.engines.local.run import env_factory  # noqa: E402
@@ -294,6 +295,7 @@ def main(argv=None) -> int:
         for c in done:  # what one checkpoint cost, rollout and both advantages' passes (planning runs)
             c["wall_s"] = round(time.perf_counter() - started, 1)
             c["rollout_s"] = round(rolled - started, 1)
+            c["code"] = code_version()  # a long analysis may resume on a later commit
         result["checkpoints"].extend(done)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=1))  # after each checkpoint
