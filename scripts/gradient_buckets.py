@@ -266,10 +266,6 @@ def main(argv=None) -> int:
         print(f"note: {args.groups} x {args.group_size} is under the 32 x 16 the issue asks for", file=sys.stderr)
     if args.threads:
         torch.set_num_threads(args.threads)
-    # Large blocks back to the kernel when freed (glibc's thresholds, fixed): the rollout's row
-    # caches, then a gradient pass per micro-batch, fragment a heap that keeps them, and the
-    # process grew to 13 GB where 7 GB were alive, beside a suite cell on a 23 GB machine.
-    heap.return_freed_memory()
     cfg = analysis_config(args.run, args.groups, args.group_size, args.kl_coef, args.overrides)
     torch.manual_seed(args.seed)
     models = learner.build_models(cfg)  # the run's start model, and the same model as the KL reference
@@ -319,4 +315,9 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    # Large blocks back to the kernel when freed (glibc's thresholds, fixed; process-wide, so here
+    # and not in main, which tests call): the rollout's row caches, then a gradient pass per
+    # micro-batch, fragment a heap that keeps them, and the process grew to 13 GB where about 7 GB
+    # were alive, beside a suite cell on a 23 GB machine.
+    heap.return_freed_memory()
     sys.exit(main())
