@@ -212,11 +212,15 @@ def matrix_table(matrix: str, cells: list[dict], stats: dict, published: str | N
     for row in dict.fromkeys(c["row"] for c in mine):
         values, published_row = [], []
         for env in envs:
-            base = stats.get((matrix, env, row, baseline), {}).get("final_val_success")
+            base_setting = stats.get((matrix, env, row, baseline), {})
+            base = base_setting.get("final_val_success")
             base_published = published_for(row, env, baseline)
             for treatment in treatments:
-                stat = stats.get((matrix, env, row, treatment), {}).get("final_val_success", empty)
-                values.append(percent(stat) + ("" if treatment == baseline else delta(stat, base)))
+                setting = stats.get((matrix, env, row, treatment), {})
+                stat = setting.get("final_val_success", empty)
+                # means over different seeds differ by the seeds too: no change shown until they match
+                same_seeds = sorted(setting.get("seeds", [])) == sorted(base_setting.get("seeds", []))
+                values.append(percent(stat) + ("" if treatment == baseline or not same_seeds else delta(stat, base)))
                 value = published_for(row, env, treatment)
                 shown = "—" if value is None else f"{value:.1f}"
                 if value is not None and base_published is not None and treatment != baseline:
@@ -243,7 +247,8 @@ def markdown(manifest: dict, results: list[dict], stats: dict, plots: list[Path]
         where = f" on {machine['cpu']} ({machine['cpus_usable']} cores{gpu})"
     lines += [f"{done} of {len(results)} cells finished. Engine: {manifest.get('engine', 'local')}{where}. "
               "Numbers: final validation success rate in percent, mean ± sample std over seeds "
-              "(– for one seed); in brackets, the change of the mean from the matrix's baseline, in points.", ""]
+              "(– for one seed); in brackets, the change of the mean from the matrix's baseline, in points, "
+              "where both cover the same seeds.", ""]
     dtypes = mixed_dtypes_line({r["name"]: r["probe_dtype"].split("+") for r in results if r.get("probe_dtype")},
                                what="cells")
     if dtypes:

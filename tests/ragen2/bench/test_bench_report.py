@@ -291,3 +291,17 @@ def test_the_gain_per_hour_counts_a_cells_own_steps_not_attempts_lost_to_a_kill(
     hours = (600.0 * steps + 300.0) / 3600
     assert none["cell_hours_mean"] == pytest.approx(hours)
     assert none["gain_per_cell_hour"] == pytest.approx(none["mean"] / hours)
+
+
+def test_no_change_from_the_baseline_is_shown_while_the_arms_cover_different_seeds(bench):
+    """A suite reported part-way: the baseline has finished seeds 0 and 1, a treatment seed 0 only.
+    The difference of those means mixes the seeds' difference into the treatment's, so the table
+    shows each mean and no change until both cover the same seeds."""
+    unfinished = bench / "runs" / "sokoban--ppo--ragen2-main--s1"
+    (unfinished / "summary.json").unlink()
+    (unfinished / "bench_cell.json").write_text(json.dumps({"status": "running"}))
+    lines = build_report(bench, with_plots=False)["markdown"].read_text().splitlines()
+    ppo = next(line for line in lines if line.startswith("| ppo |"))
+    # sokoban: none over seeds 0, 1 (15.0 ± 7.1), ragen2-main over seed 0 (30.0): no change shown;
+    # countdown: both arms over seeds 0, 1, so its change stays
+    assert ppo == "| ppo | 15.0 ± 7.1 | 30.0 ± – | 55.0 ± 7.1 | 50.0 ± 7.1 (-5.0) |"
