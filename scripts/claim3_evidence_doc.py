@@ -66,8 +66,23 @@ machines = ", ".join(f"seeds {seeds[0]}-{seeds[-1]} on the {cpu.removesuffix(' P
 text = (root / "docs/evidence.md").read_text()
 row = re.compile(r"\| \(3\) task-gradient norm grows.*\n")
 sd, sg = dr["secondary"], gr["secondary"]
+buckets_file = root / "docs/benchmarks/gradient_buckets.json"
+figure = "RAGEN-2's six-bucket figure pending a warm-started multi-turn checkpoint"
+if buckets_file.is_file():
+    checkpoints = json.loads(buckets_file.read_text())["checkpoints"]
+    steps = sorted({c["step"] for c in checkpoints})
+    rising = {adv: sum(c["task_norm_nondecreasing"] is True for c in checkpoints if c["advantage"] == adv)
+              for adv in ("dr_grpo", "grpo")}
+    bound = all(c["zero_variance_task_norm_max"] is None or (c["floor"] is not None and
+                                                            c["zero_variance_task_norm_max"] <= c["floor"])
+                for c in checkpoints)
+    figure = (f"RAGEN-2's six-bucket figure on FrozenLake from a warm start, {len(steps)} of 3 checkpoints so far "
+              f"(step{'s' if len(steps) > 1 else ''} {', '.join(map(str, steps))}): the task norm non-decreasing over "
+              f"the buckets with spread at {rising['dr_grpo']} of {len(steps)} under Dr.GRPO and {rising['grpo']} of "
+              f"{len(steps)} under GRPO; zero-variance groups' task norm "
+              f"{'within' if bound else 'NOT within'} the floor")
 status = (f"| (3) task-gradient norm grows with reward spread, regularisers flat | **shown in direction on Bandit "
-          f"(single-turn); RAGEN-2's six-bucket figure pending a warm-started multi-turn checkpoint**: with a floor "
+          f"(single-turn); {figure}**: with a floor "
           f"for float residue, under Dr.GRPO the per-seed slope of log task norm on log reward std is "
           f"{f2(sd['mean_slope'])}, CI {ci(sd)} ({sd['positive']} of {sd['seeds']} seeds positive), under GRPO "
           f"{f2(sg['mean_slope'])}; the scaled entropy norm is small and near flat; zero-variance groups have a zero "
@@ -121,7 +136,9 @@ implies. What it does not show: RAGEN-2's own figure (six quantile buckets on a 
 at fixed checkpoints of a multi-turn run, with the KL term), which needs a warm-started checkpoint
 (below); and it is single-turn Bandit, whose random payoff puts spread on groups of identical
 replies that carries no gradient (the groups under the floor) and decides by a coin which cluster a
-group's std falls in (`ragen2 train --env-arg deterministic_payoff=true` removes both). The GRPO arm also
+group's std falls in (`ragen2 train --env-arg deterministic_payoff=true` removes both;
+`configs/bench/grad-vs-spread-deterministic.yaml` registers the rerun with it, 16 seeds, queued behind the
+multi-turn work). The GRPO arm also
 changes `loss_agg`, and seeds 0 and 8-15 ran their two arms on different commits ({machines}; all
 fp32, so machines differ only in rounding).
 
@@ -131,15 +148,35 @@ kept every norm `> 0`, so the float residue of the groups now under the floor (n
 {g(dr['floors']['task_norm']['largest_below_floor'])} against a median of {dr['floors']['task_norm']['median']:.1f}) entered the log-log fit at large std and pulled
 the slopes toward zero (Dr.GRPO) and below it (GRPO).
 """
-buckets_file = root / "docs/benchmarks/gradient_buckets.json"
 if buckets_file.is_file():
     b = json.loads(buckets_file.read_text())
-    body += (f"\n<!-- source: docs/benchmarks/gradient_buckets.json -->\n| step | advantage | bucket | groups | mean "
-             f"variance | task norm | entropy norm x coef | KL norm x coef |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n")
+    body += (f"\n### RAGEN-2's figure on {b['env']} ({b['groups']} x {b['group_size']}, run seed {b['seed']})\n\n"
+             f"<!-- source: docs/benchmarks/gradient_buckets.json -->\n`{b['command']}` "
+             f"({b['cpu_threads']} torch thread{'s' if b['cpu_threads'] != 1 else ''}). Per checkpoint and advantage type, the six buckets' reading:\n\n")
+    for c in b["checkpoints"]:
+        spread = [k for k in c["buckets"] if k["mean_variance"] > 0]
+        zero_max, floor = c["zero_variance_task_norm_max"], c["floor"]
+        bound = ("no zero-variance group" if zero_max is None else
+                 f"largest task norm {g(zero_max)}, {'within' if floor is not None and zero_max <= floor else 'ABOVE'} "
+                 f"the floor {g(floor) if floor is not None else '(none: no bucket with spread)'}")
+        trend = {True: "non-decreasing", False: "not monotone", None: "not readable (under two buckets)"}[
+            c["task_norm_nondecreasing"]]
+        regs = [k[key] for k in c["buckets"] for key in ("entropy_norm", "kl_norm")]
+        body += (f"- step {c['step']}, {c['advantage']}: {c['zero_variance_groups']} of {c['groups']} groups without "
+                 f"spread ({c['zero_variance_groups_exactly_zero']} with advantages exactly 0; {bound}); the task norm "
+                 f"over the {len(spread)} buckets with spread is {trend}"
+                 + (f", {g(min(k['task_norm'] for k in spread))} to {g(max(k['task_norm'] for k in spread))}" if spread
+                    else "")
+                 + f"; the regularisers times their coefficients {g(min(regs))} to {g(max(regs))}"
+                 + (f" ({c['wall_s'] / 60:.0f} min for the checkpoint, rollout {c['rollout_s'] / 60:.0f})"
+                    if "rollout_s" in c else "") + "\n")
+    body += ("\n| step | advantage | bucket | groups | mean variance | task norm | entropy norm x coef | "
+             "KL norm x coef |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n")
     for c in b["checkpoints"]:
         for k in c["buckets"]:
             body += (f"| {c['step']} | {c['advantage']} | {k['bucket']} | {k['groups']} | {k['mean_variance']:.3g} | "
                      f"{k['task_norm']:.3g} | {k['entropy_norm']:.3g} | {k['kl_norm']:.3g} |\n")
+    body += "\n![RAGEN-2's figure: norms by reward-variance bucket](benchmarks/gradient_buckets.png)\n"
 text = replace_block(text, body, BEGIN, END)
 if text is None:
     sys.exit(f"docs/evidence.md: no {BEGIN} ... {END} around the claim-3 figures")
