@@ -90,6 +90,8 @@ status = (f"| (3) task-gradient norm grows with reward spread, regularisers flat
 assert row.search(text)
 text = row.sub(lambda m: status, text)
 
+figure_where = ("which is below for a warm-started FrozenLake run, checkpoint by checkpoint as they are analysed"
+                if buckets_file.is_file() else "which needs a warm-started checkpoint (below)")
 body = f"""{SOURCES}
 The fit counts a norm as zero at or under a floor, 1e-4 of the arm's median task norm over groups
 with spread. Why that size: a group of identical replies whose random payoffs differ has mean-centred
@@ -133,8 +135,7 @@ norm grows with its reward spread in every seed, within each std cluster as well
 under GRPO's std-normalised ones it does not grow (it falls slightly); the entropy term times its
 coefficient is smaller (median {dr['floors']['entropy_scaled_norm']['median']:.2f} against the task norm's {dr['floors']['task_norm']['median']:.1f} under Dr.GRPO) and near flat. That is the direction RAGEN-2's bound
 implies. What it does not show: RAGEN-2's own figure (six quantile buckets on a separate large batch
-at fixed checkpoints of a multi-turn run, with the KL term), which needs a warm-started checkpoint
-(below); and it is single-turn Bandit, whose random payoff puts spread on groups of identical
+at fixed checkpoints of a multi-turn run, with the KL term), {figure_where}; and it is single-turn Bandit, whose random payoff puts spread on groups of identical
 replies that carries no gradient (the groups under the floor) and decides by a coin which cluster a
 group's std falls in (`ragen2 train --env-arg deterministic_payoff=true` removes both;
 `configs/bench/grad-vs-spread-deterministic.yaml` registers the rerun with it, 16 seeds, queued behind the
