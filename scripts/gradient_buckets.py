@@ -50,6 +50,7 @@ from grad_vs_spread import FLOOR_RELATIVE, secondary_fit  # noqa: E402
 from mi_probe import gradients as grad_lib  # noqa: E402
 from ragen2.algos.estimators import compute_advantages  # noqa: E402
 from ragen2 import heap  # noqa: E402
+from ragen2 import models as model_lib  # noqa: E402
 from ragen2.bench.machine import code_version  # noqa: E402
 from ragen2.config import saved_config  # noqa: E402
 from ragen2.engines.local import grad_decomp, learner  # noqa: E402
@@ -80,10 +81,14 @@ def analysis_config(run: Path, groups: int, group_size: int, kl_coef: float, ove
 
 
 def load_weights(models: learner.Models, path: str) -> None:
-    """Put a checkpoint's policy weights (a checkpoint folder or a model folder) into the policy."""
+    """Put a checkpoint's policy weights (a training checkpoint's folder, whose policy holds weights
+    only, or a model folder with its config) into the policy."""
+    folder = Path(path) / POLICY_DIR if (Path(path) / POLICY_DIR).is_dir() else Path(path)
+    if not (folder / "config.json").is_file():  # a checkpoint's policy: the run's own loader
+        model_lib.load_model_weights(models.policy, folder)
+        return
     from transformers import AutoModelForCausalLM
 
-    folder = Path(path) / POLICY_DIR if (Path(path) / POLICY_DIR).is_dir() else Path(path)
     loaded = AutoModelForCausalLM.from_pretrained(folder, torch_dtype=torch.float32)
     models.policy.load_state_dict(loaded.state_dict())
 

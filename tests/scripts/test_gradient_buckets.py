@@ -197,3 +197,25 @@ def test_a_group_at_a_time_with_scaled_grpo_equals_each_advantages_own_decomposi
         points = out[advantage]["group_points"]
         assert len(points) == 12
         assert all((p["task_norm"] == 0.0) == (p["reward_std"] == 0) for p in points)
+
+
+def test_a_training_checkpoints_policy_folder_loads_without_a_model_config(tmp_path):
+    """A suite cell's checkpoint holds the policy's weights only (ragen2.models.save_model, no
+    config.json): the script loads them with the run's own loader into the model it built."""
+    import torch
+
+    from ragen2 import models as model_lib
+    from ragen2.run_dir import POLICY_DIR
+
+    tokenizer = tiny_tokenizer("chatml")
+    trained, start = tiny_llama(tokenizer, seed=1), tiny_llama(tokenizer, seed=0)
+    checkpoint = tmp_path / "step_000005"
+    model_lib.save_model(trained, checkpoint / POLICY_DIR)
+    assert not (checkpoint / POLICY_DIR / "config.json").exists()
+    spec = importlib.util.spec_from_file_location("gradient_buckets_load_under_test", SCRIPT)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    models = type("Models", (), {"policy": start})()
+    tool.load_weights(models, str(checkpoint))
+    for name, value in trained.state_dict().items():
+        assert torch.equal(start.state_dict()[name], value), name
