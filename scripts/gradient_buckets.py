@@ -114,7 +114,7 @@ def token_and_sequence_counts(mask: torch.Tensor, rows: list[int]) -> tuple[int,
     return int(picked.sum().item()), int((picked.sum(dim=1) > 0).sum().item())
 
 
-def bucket_gradients(models: learner.Models, cfg, data: learner.UpdateInputs, members: list[int],
+def bucket_gradient_sums(models: learner.Models, cfg, data: learner.UpdateInputs, members: list[int],
                      rows_of: dict[int, list[int]], scales: dict[int, float]) -> tuple[dict, list[dict]]:
     """One bucket's gradients, a group at a time: each group's task / entropy / KL gradients
     (grad_decomp.bucket_gradients, the update's loss builder) added into the bucket's with the
@@ -163,7 +163,7 @@ def analyse(models: learner.Models, cfg, batch, step: int) -> list[dict]:
     buckets, per_group = [], []
     for name, positions in split.items():
         members = [groups[i] for i in positions]
-        sums, bucket_groups = bucket_gradients(models, cfg, data, members, rows_of, scales)
+        sums, bucket_groups = bucket_gradient_sums(models, cfg, data, members, rows_of, scales)
         per_group += bucket_groups
         norms = {key: grad_lib.norm(grads) for key, grads in sums.items()}
         del sums

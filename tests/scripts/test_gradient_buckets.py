@@ -40,20 +40,35 @@ def half_coin():
         yield ENV_NAME
 
 
-def test_six_buckets_both_advantages_and_zero_variance_groups_at_zero(tmp_path, half_coin):
+def saved_model(folder: Path, seed: int) -> Path:
+    """A tiny model and its tokenizer saved as a model folder (a run's start or a later checkpoint)."""
     tokenizer = tiny_tokenizer("chatml")
-    start, later = tmp_path / "start", tmp_path / "later"
-    for folder, seed in ((start, 0), (later, 1)):  # `later` stands for a trained checkpoint: other weights
-        tiny_llama(tokenizer, seed=seed).save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
-    run = tmp_path / "run"
-    run.mkdir()
-    write_config(run, load_config(algo="ragen2-dr-grpo", overrides=[
-        f"env.name={half_coin}", f"model.name={start}", "model.dtype=float32", "rollout.max_new_tokens=4",
-        "optim.micro_batch_size=8"]))
-    spec = importlib.util.spec_from_file_location("gradient_buckets_under_test", SCRIPT)
+    tiny_llama(tokenizer, seed=seed).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def analysis_run(folder: Path, env: str, model: Path, *overrides: str) -> Path:
+    """A run directory whose config.yaml the script reads: Dr.GRPO on `env` from `model`."""
+    folder.mkdir()
+    write_config(folder, load_config(algo="ragen2-dr-grpo", overrides=[
+        f"env.name={env}", f"model.name={model}", "model.dtype=float32", "rollout.max_new_tokens=4", *overrides]))
+    return folder
+
+
+def load_tool(name: str):
+    """The script as a fresh module (its own globals, so a test may wrap its functions)."""
+    spec = importlib.util.spec_from_file_location(name, SCRIPT)
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
+    return tool
+
+
+def test_six_buckets_both_advantages_and_zero_variance_groups_at_zero(tmp_path, half_coin):
+    start = saved_model(tmp_path / "start", seed=0)
+    later = saved_model(tmp_path / "later", seed=1)  # stands for a trained checkpoint: other weights
+    run = analysis_run(tmp_path / "run", half_coin, start, "optim.micro_batch_size=8")
+    tool = load_tool("gradient_buckets_under_test")
     out = tmp_path / "buckets.json"
     assert tool.main(["--run", str(run), "--checkpoint", "0=start", "--checkpoint", f"5={later}",
                       "--groups", "12", "--group-size", "4", "--out", str(out)]) == 0
@@ -90,20 +105,11 @@ def test_six_buckets_both_advantages_and_zero_variance_groups_at_zero(tmp_path, 
 
 
 def test_the_preregistered_fit_reads_one_output_per_seed(tmp_path, half_coin):
-    tokenizer = tiny_tokenizer("chatml")
-    model = tmp_path / "model"
-    tiny_llama(tokenizer, seed=0).save_pretrained(model)
-    tokenizer.save_pretrained(model)
-    spec = importlib.util.spec_from_file_location("gradient_buckets_fit_under_test", SCRIPT)
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    model = saved_model(tmp_path / "model", seed=0)
+    tool = load_tool("gradient_buckets_fit_under_test")
     outputs = []
     for seed in (0, 1):  # two runs (seeds), two checkpoints each: the per-(seed, checkpoint) effects
-        run = tmp_path / f"run{seed}"
-        run.mkdir()
-        write_config(run, load_config(algo="ragen2-dr-grpo", overrides=[
-            f"env.name={half_coin}", f"model.name={model}", "model.dtype=float32", "rollout.max_new_tokens=4",
-            "optim.micro_batch_size=8", f"trainer.seed={seed}"]))
+        run = analysis_run(tmp_path / f"run{seed}", half_coin, model, "optim.micro_batch_size=8", f"trainer.seed={seed}")
         outputs.append(tmp_path / f"s{seed}.json")
         assert tool.main(["--run", str(run), "--checkpoint", "0=start", "--checkpoint", f"1={model}", "--seed",
                           str(seed), "--groups", "12", "--group-size", "4", "--out", str(outputs[-1])]) == 0
@@ -119,17 +125,9 @@ def test_the_preregistered_fit_reads_one_output_per_seed(tmp_path, half_coin):
 def test_an_interrupted_analysis_goes_on_from_its_last_checkpoint(tmp_path, half_coin):
     """A checkpoint costs hours on a CPU: the output is written after each one, and a rerun with
     the same run, seeds and batch shape analyses only the checkpoints it lacks."""
-    tokenizer = tiny_tokenizer("chatml")
-    model = tmp_path / "model"
-    tiny_llama(tokenizer, seed=0).save_pretrained(model)
-    tokenizer.save_pretrained(model)
-    run = tmp_path / "run"
-    run.mkdir()
-    write_config(run, load_config(algo="ragen2-dr-grpo", overrides=[
-        f"env.name={half_coin}", f"model.name={model}", "model.dtype=float32", "rollout.max_new_tokens=4"]))
-    spec = importlib.util.spec_from_file_location("gradient_buckets_resume_under_test", SCRIPT)
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    model = saved_model(tmp_path / "model", seed=0)
+    run = analysis_run(tmp_path / "run", half_coin, model)
+    tool = load_tool("gradient_buckets_resume_under_test")
     analysed, analyse = [], tool.analyse
     tool.analyse = lambda models, cfg, batch, step: analysed.append(step) or analyse(models, cfg, batch, step)
     out = tmp_path / "buckets.json"
@@ -158,18 +156,10 @@ def test_a_group_at_a_time_with_scaled_grpo_equals_each_advantages_own_decomposi
     from ragen2.rollout import rollout_in_chunks
     from ragen2.seeding import instance_seeds
 
-    tokenizer = tiny_tokenizer("chatml")
-    start, later = tmp_path / "start", tmp_path / "later"
-    for folder, seed in ((start, 0), (later, 1)):
-        tiny_llama(tokenizer, seed=seed).save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
-    run = tmp_path / "run"
-    run.mkdir()
-    write_config(run, load_config(algo="ragen2-dr-grpo", overrides=[
-        f"env.name={half_coin}", f"model.name={start}", "model.dtype=float32", "rollout.max_new_tokens=4"]))
-    spec = importlib.util.spec_from_file_location("gradient_buckets_exact_under_test", SCRIPT)
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    start = saved_model(tmp_path / "start", seed=0)
+    later = saved_model(tmp_path / "later", seed=1)
+    run = analysis_run(tmp_path / "run", half_coin, start)
+    tool = load_tool("gradient_buckets_exact_under_test")
     cfg = tool.analysis_config(run, 12, 4, 0.01, [])
     torch.manual_seed(0)
     models = learner.build_models(cfg)
@@ -212,9 +202,7 @@ def test_a_training_checkpoints_policy_folder_loads_without_a_model_config(tmp_p
     checkpoint = tmp_path / "step_000005"
     model_lib.save_model(trained, checkpoint / POLICY_DIR)
     assert not (checkpoint / POLICY_DIR / "config.json").exists()
-    spec = importlib.util.spec_from_file_location("gradient_buckets_load_under_test", SCRIPT)
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = load_tool("gradient_buckets_load_under_test")
     models = type("Models", (), {"policy": start})()
     tool.load_weights(models, str(checkpoint))
     for name, value in trained.state_dict().items():
