@@ -191,10 +191,24 @@ def log_probs_pass(model: nn.Module, tokens: TokenRows, cfg: Config, attention: 
                        pack=shared, attention=attention, padding_free=unpadded)
 
 
+def _decoder_body(model: nn.Module) -> nn.Module:
+    return model.get_decoder() if hasattr(model, "get_decoder") else getattr(model, "body", model)
+
+
 def runs_padding_free(optim, model: nn.Module) -> bool:
     """optim.padding_free, where the model's attention can run it (else its passes pad)."""
-    body = model.get_decoder() if hasattr(model, "get_decoder") else getattr(model, "body", model)
-    return optim.padding_free and prefix_lib.padding_free_supported(body)
+    return optim.padding_free and prefix_lib.padding_free_supported(_decoder_body(model))
+
+
+def padding_free_refusal(setting: str, asked: bool, model: nn.Module, passes: str) -> str | None:
+    """One line when `setting` (optim.padding_free, sft.padding_free) is asked for but the model's
+    attention cannot run it, so the setting is not dropped unsaid; `passes` names what pads then."""
+    body = _decoder_body(model)
+    if not asked or prefix_lib.padding_free_supported(body):
+        return None
+    implementation = getattr(getattr(body, "config", None), "_attn_implementation", None)
+    return (f"note: {setting} needs ragen2's attention (transformers' sdpa); this model runs "
+            f"{implementation!r}, so {passes} run the padded passes (the same numbers, slower)")
 
 
 def reuses_current_log_probs(optim, rows: int) -> bool:

@@ -113,13 +113,11 @@ def learning_rate(cfg: Config, step: int) -> float:
 
 def padding_free_note(cfg: Config, policy) -> str | None:
     """One line when sft.padding_free is asked for but cannot run, so the setting is not dropped unsaid."""
-    body = policy.get_decoder()
     if not cfg.sft.padding_free:
         return None
-    if not prefix_lib.padding_free_supported(body):
-        implementation = getattr(getattr(body, "config", None), "_attn_implementation", None)
-        return (f"note: sft.padding_free needs ragen2's attention (transformers' sdpa); this model runs "
-                f"{implementation!r}, so SFT runs the padded passes (the same numbers, slower)")
+    refusal = learner.padding_free_refusal("sft.padding_free", True, policy, "SFT's steps")
+    if refusal:
+        return refusal
     if cfg.model.gradient_checkpointing:
         return ("note: under gradient checkpointing the step's common prefix is not encoded apart (its layers "
                 "drop the cache); micro-batches still run unpadded")

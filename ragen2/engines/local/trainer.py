@@ -264,6 +264,10 @@ def setup(cfg: Config, run_dir: Path, resume: bool = False, quiet: bool = False,
         log.event("warm_start", message=f"starts from {warm_start['warm_start']}", **warm_start)
     if segment_note:
         log.event("probe_segment", message=segment_note, segment=cfg.probe.segment)
+    padding_note = learner.padding_free_refusal("optim.padding_free", cfg.optim.padding_free, models.policy,
+                                                "the update and the log-prob and value passes")
+    if padding_note:
+        log.event("padding_free", message=padding_note)
     if latest is not None:
         log.event("resume", message=f"resumed from {latest} at step {state.step}", step=state.step)
     return Run(cfg, run_dir, state, services)

@@ -178,3 +178,17 @@ def test_sft_says_when_padding_free_cannot_run(tok):
     checkpointing = load_config(overrides=["sft.padding_free=true", "model.gradient_checkpointing=true"])
     assert "gradient checkpointing" in padding_free_note(checkpointing, use_grouped_sdpa(tiny_llama(tok)))
     assert padding_free_note(load_config(overrides=["sft.padding_free=false"]), eager) is None
+
+
+def test_the_rl_update_says_when_padding_free_cannot_run(tok):
+    """optim.padding_free (on by default) on a model whose attention is not ragen2's: the trainer
+    logs this line (trainer.setup) instead of running the padded passes unsaid."""
+    from ragen2.engines.local import learner
+
+    what = "the update and the log-prob and value passes"
+    assert learner.padding_free_refusal("optim.padding_free", True, use_grouped_sdpa(tiny_llama(tok)), what) is None
+    eager = tiny_llama(tok)
+    eager.set_attn_implementation("eager")
+    line = learner.padding_free_refusal("optim.padding_free", True, eager, what)
+    assert "optim.padding_free" in line and "runs 'eager'" in line and what in line
+    assert learner.padding_free_refusal("optim.padding_free", False, eager, what) is None
