@@ -239,13 +239,31 @@ def plot(result: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def resumed(out: Path, result: dict) -> set[int]:
-    """Steps `out` already holds for the same run, seeds and batch shape (none if it is another's)."""
+SAME_ANALYSIS = ("run", "seed", "analysis_seed", "groups", "group_size")
+
+
+def previous_checkpoints(out: Path, result: dict) -> list[dict]:
+    """The checkpoints `out` holds for the same run, seeds and batch shape (none if it is another's)."""
     if not out.is_file():
-        return set()
+        return []
     previous = json.loads(out.read_text())
-    same = all(previous.get(key) == result[key] for key in ("run", "seed", "analysis_seed", "groups", "group_size"))
-    return {int(c["step"]) for c in previous.get("checkpoints", [])} if same else set()
+    same = all(previous.get(key) == result[key] for key in SAME_ANALYSIS)
+    return list(previous.get("checkpoints", [])) if same else []
+
+
+def write_merged(out: Path, result: dict) -> dict:
+    """`result` with the checkpoints another process wrote to `out` meanwhile (two processes, a core
+    each, may analyse different checkpoints of one run into one file); written whole, atomically."""
+    mine = {(c["step"], c["advantage"]) for c in result["checkpoints"]}
+    theirs = [c for c in previous_checkpoints(out, result) if (c["step"], c["advantage"]) not in mine]
+    order = {advantage: i for i, advantage in enumerate(ADVANTAGES)}
+    merged = dict(result, checkpoints=sorted(result["checkpoints"] + theirs,
+                                             key=lambda c: (c["step"], order.get(c["advantage"], len(order)))))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_name(out.name + ".partial")
+    partial.write_text(json.dumps(merged, indent=1))
+    partial.replace(out)
+    return merged
 
 
 def main(argv=None) -> int:
@@ -281,8 +299,8 @@ def main(argv=None) -> int:
               "model": cfg.model.name, "env": cfg.env.name,
               "norms": "task: ||g_task||; entropy, kl: coefficient x norm (RAGEN-2's grad_norm/<bucket>/entropy|kl)",
               "checkpoints": []}
-    done_steps = resumed(args.out, result)
-    result["checkpoints"] = list(json.loads(args.out.read_text())["checkpoints"]) if done_steps else []
+    result["checkpoints"] = previous_checkpoints(args.out, result)
+    done_steps = {int(c["step"]) for c in result["checkpoints"]}
     for item in args.checkpoint:
         step, _, path = item.partition("=")
         if int(step) in done_steps:  # a checkpoint takes hours on a CPU: an interrupted run goes on from here
@@ -302,13 +320,12 @@ def main(argv=None) -> int:
             c["wall_s"] = round(time.perf_counter() - started, 1)
             c["rollout_s"] = round(rolled - started, 1)
             c["code"] = code_version()  # a long analysis may resume on a later commit
+            c["command"] = result["command"]  # the file's checkpoints may come from several commands
         result["checkpoints"].extend(done)
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=1))  # after each checkpoint
+        result = write_merged(args.out, result)  # after each checkpoint
         print(f"step {step}: {len(batch.trajectories)} episodes analysed", file=sys.stderr)
+    result = write_merged(args.out, result)
     checkpoints = result["checkpoints"]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1))
     plot(result, args.out.with_suffix(".png"))
     for c in checkpoints:
         print(f"step {c['step']} {c['advantage']}: zero-variance groups {c['zero_variance_groups']} "

@@ -207,3 +207,29 @@ def test_a_training_checkpoints_policy_folder_loads_without_a_model_config(tmp_p
     tool.load_weights(models, str(checkpoint))
     for name, value in trained.state_dict().items():
         assert torch.equal(start.state_dict()[name], value), name
+
+
+def test_two_processes_analysing_other_checkpoints_of_one_run_share_one_file(tmp_path, half_coin):
+    """A checkpoint costs a core for hours: two processes may analyse two checkpoints of one run
+    into one file, and neither's write loses the other's checkpoints."""
+    model = saved_model(tmp_path / "model", seed=0)
+    run = analysis_run(tmp_path / "run", half_coin, model)
+    tool = load_tool("gradient_buckets_shared_file_under_test")
+    common = ["--run", str(run), "--groups", "8", "--group-size", "4"]
+    other = tmp_path / "other.json"  # what the other process writes when it finishes step 0
+    assert tool.main([*common, "--out", str(other), "--checkpoint", "0=start"]) == 0
+    out = tmp_path / "buckets.json"
+    analyse = tool.analyse
+
+    def other_process_finishes_meanwhile(models, cfg, batch, step):
+        done = analyse(models, cfg, batch, step)
+        out.write_text(other.read_text())
+        return done
+
+    tool.analyse = other_process_finishes_meanwhile
+    assert tool.main([*common, "--out", str(out), "--checkpoint", f"3={model}"]) == 0
+    merged = json.loads(out.read_text())["checkpoints"]
+    assert [(c["step"], c["advantage"]) for c in merged] == [(0, "dr_grpo"), (0, "grpo"), (3, "dr_grpo"), (3, "grpo")]
+    assert merged[:2] == json.loads(other.read_text())["checkpoints"]
+    assert ["0=start" in c["command"] for c in merged] == [True, True, False, False]  # each names its own command
+    assert not list(tmp_path.glob("*.partial"))
