@@ -152,8 +152,20 @@ the slopes toward zero (Dr.GRPO) and below it (GRPO).
 if buckets_file.is_file():
     b = json.loads(buckets_file.read_text())
     body += (f"\n### RAGEN-2's figure on {b['env']} ({b['groups']} x {b['group_size']}, run seed {b['seed']})\n\n"
-             f"<!-- source: docs/benchmarks/gradient_buckets.json -->\n`{b['command']}` "
-             f"({b['cpu_threads']} torch thread{'s' if b['cpu_threads'] != 1 else ''}). Per checkpoint and advantage type, the six buckets' reading:\n\n")
+             f"<!-- source: docs/benchmarks/gradient_buckets.json -->\n")
+    commands: dict[str, list[int]] = {}  # the file's checkpoints may come from several commands (a core each)
+    for c in b["checkpoints"]:
+        steps = commands.setdefault(c.get("command", b["command"]), [])
+        if c["step"] not in steps:
+            steps.append(c["step"])
+    threads = f"{b['cpu_threads']} torch thread{'s' if b['cpu_threads'] != 1 else ''}"
+    if len(commands) == 1:
+        body += f"`{next(iter(commands))}` ({threads}). "
+    else:
+        body += f"Written by {len(commands)} commands ({threads} each):\n\n" + "".join(
+            f"- step{'s' if len(steps) > 1 else ''} {', '.join(map(str, steps))}: `{command}`\n"
+            for command, steps in commands.items()) + "\n"
+    body += "Per checkpoint and advantage type, the six buckets' reading:\n\n"
     for c in b["checkpoints"]:
         spread = [k for k in c["buckets"] if k["mean_variance"] > 0]
         zero_max, floor = c["zero_variance_task_norm_max"], c["floor"]
