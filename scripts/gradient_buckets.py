@@ -161,9 +161,13 @@ def analyse(models: learner.Models, cfg, batch, step: int) -> list[dict]:
     coefs = grad_decomp.loss_coefficients(cfg, ("entropy", "kl"))
     models.policy.train()  # the mode the update's gradient is taken in
     buckets, per_group = [], []
-    for name, positions in split.items():
+    started = time.perf_counter()
+    for number, (name, positions) in enumerate(split.items(), start=1):
         members = [groups[i] for i in positions]
         sums, bucket_groups = bucket_gradient_sums(models, cfg, data, members, rows_of, scales)
+        # a checkpoint takes a core for over an hour: say where it is
+        print(f"step {step}: bucket {number} of {len(split)} ({len(members)} groups) done after "
+              f"{time.perf_counter() - started:.0f} s of gradients", file=sys.stderr, flush=True)
         per_group += bucket_groups
         norms = {key: grad_lib.norm(grads) for key, grads in sums.items()}
         del sums
