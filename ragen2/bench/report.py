@@ -265,20 +265,24 @@ def markdown(manifest: dict, results: list[dict], stats: dict, plots: list[Path]
     if published:
         lines += [f"Published rows: {PUBLISHED[published]['source']}, {PUBLISHED[published]['metric']}; "
                   "a different model and scale from ours unless the suite ran the paper's setting.", ""]
-    lines += ["## Every cell", "", "| cell | status | val before | final val | best val | val reward | train reward "
-              "| kept fraction | skipped | MI-ZScore-EMA (last) | wall (min) | update (min) | rollout tokens |",
+    # compute: the cell's own steps and validations (each step once); the runner's clock (wall_s,
+    # in results.csv) misses attempts killed without a word and counts the ones redone after a kill
+    lines += ["## Every cell", "", "Compute: the cell's own steps and validations, each once (a resumed cell's "
+              "lost attempts excluded); update: its steps' update passes.", "",
+              "| cell | status | val before | final val | best val | val reward | train reward "
+              "| kept fraction | skipped | MI-ZScore-EMA (last) | compute (min) | update (min) | rollout tokens |",
               "|" + " --- |" * 13]
 
     def fmt(value, spec=".3f"):
         return "—" if value is None else format(value, spec)
 
     for r in results:
-        wall, update = (None if r[key] is None else r[key] / 60 for key in ("wall_s", "update_s"))
+        compute, update = (None if r[key] is None else r[key] / 60 for key in ("compute_s", "update_s"))
         lines.append(f"| {r['name']} | {r['status']} | {fmt(r['val_success_before'])} | {fmt(r['final_val_success'])} "
                      f"| {fmt(r['best_val_success'])} | {fmt(r['final_val_reward'])} | {fmt(r['train_reward_mean'])} | "
                      f"{fmt(r['kept_fraction_mean'], '.2f')} | "
                      f"{fmt(r['steps_skipped'], 'd')} | {fmt(r['last_mi_zscore_ema'])} | "
-                     f"{fmt(wall, '.1f')} | {fmt(update, '.1f')} | {fmt(r['rollout_tokens'], 'd')} |")
+                     f"{fmt(compute, '.1f')} | {fmt(update, '.1f')} | {fmt(r['rollout_tokens'], 'd')} |")
     lines += [""] + comparisons_lib.budget_lines(results, list(equal_budgets),
                                                  comparisons_lib.warnings(list(compared)))
     unfinished = [r for r in results if r["status"] != "done"]

@@ -291,6 +291,10 @@ def test_the_gain_per_hour_counts_a_cells_own_steps_not_attempts_lost_to_a_kill(
     hours = (600.0 * steps + 300.0) / 3600
     assert none["cell_hours_mean"] == pytest.approx(hours)
     assert none["gain_per_cell_hour"] == pytest.approx(none["mean"] / hours)
+    # the per-cell table too shows the cell's own compute, not the runner's 99999 s
+    cells = paths["markdown"].read_text().split("## Every cell")[1]
+    row = next(line for line in cells.splitlines() if line.startswith("| sokoban--ppo--none--s0 |"))
+    assert f"| {(600.0 * steps + 300.0) / 60:.1f} |" in row and f"{99999.0 / 60:.1f}" not in row
 
 
 def test_no_change_from_the_baseline_is_shown_while_the_arms_cover_different_seeds(bench):
