@@ -7,6 +7,7 @@ against the bucket's mean reward variance, on a separate analysis batch, under b
         --checkpoint 40=RUN/checkpoints/step_000040 [--groups 32 --group-size 16] [KEY=VALUE ...] \
         [--out docs/benchmarks/gradient_buckets.json]
     python scripts/gradient_buckets.py --fit SEED0.json SEED1.json ...   # the pre-registered fit across seeds
+    python scripts/gradient_buckets.py --plot FILE.json                  # redraw FILE.png from FILE.json
 
 RUN is a training run directory (its config.yaml gives env, rollout, loss and model); `start` is the
 model the run started from (its `model.name`, e.g. a warm start), which is also the KL reference, as
@@ -226,7 +227,7 @@ def plot(result: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(ADVANTAGES), figsize=(5.5 * len(ADVANTAGES), 3.8), squeeze=False)
+    fig, axes = plt.subplots(1, len(ADVANTAGES), figsize=(7.5 * len(ADVANTAGES), 4.0), squeeze=False)
     for ax, advantage in zip(axes[0], ADVANTAGES):
         for c in (c for c in result["checkpoints"] if c["advantage"] == advantage):
             xs = [b["mean_variance"] for b in c["buckets"]]
@@ -236,8 +237,11 @@ def plot(result: dict, path: Path) -> None:
                         label=f"{key.split('_')[0]} x coef, step {c['step']}")
         ax.set_title(f"{advantage}: gradient norms by reward-variance bucket")
         ax.set_xlabel("bucket mean reward variance")
-        ax.set_ylabel("norm")
-        ax.legend(fontsize=7)
+        # the norms span 1e-5 (KL) to 1e-1 (task): on a linear axis the regularisers lie on zero;
+        # symlog keeps an exact 0 (a bucket of zero-variance groups) drawable at the bottom
+        ax.set_yscale("symlog", linthresh=1e-6)
+        ax.set_ylabel("norm (log; 0 at the bottom)")
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside: the lines fill the axes
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -275,6 +279,10 @@ def main(argv=None) -> int:
         argv = sys.argv[1:]
     if argv[:1] == ["--fit"]:  # python scripts/gradient_buckets.py --fit SEED0.json SEED1.json ...
         print(json.dumps(fit([Path(p) for p in argv[1:]]), indent=1))
+        return 0
+    if argv[:1] == ["--plot"]:  # python scripts/gradient_buckets.py --plot FILE.json: the figure again, FILE.png
+        for name in argv[1:]:
+            plot(json.loads(Path(name).read_text()), Path(name).with_suffix(".png"))
         return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", type=Path, required=True, help="a training run directory (its config.yaml)")

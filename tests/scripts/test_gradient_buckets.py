@@ -233,3 +233,15 @@ def test_two_processes_analysing_other_checkpoints_of_one_run_share_one_file(tmp
     assert merged[:2] == json.loads(other.read_text())["checkpoints"]
     assert ["0=start" in c["command"] for c in merged] == [True, True, False, False]  # each names its own command
     assert not list(tmp_path.glob("*.partial"))
+
+
+def test_the_figure_is_redrawn_from_a_written_file(tmp_path):
+    """--plot FILE.json draws FILE.png from the file alone (no run, no model), a bucket of exact zeros included."""
+    buckets = [{"mean_variance": v, "task_norm": t, "entropy_norm": 1e-3, "kl_norm": 1e-5}
+               for v, t in ((0.0, 0.0), (0.05, 0.02), (0.2, 0.1))]
+    result = {"checkpoints": [{"step": s, "advantage": a, "buckets": buckets}
+                              for s in (0, 5) for a in ("dr_grpo", "grpo")]}
+    written = tmp_path / "buckets.json"
+    written.write_text(json.dumps(result))
+    assert load_tool("gradient_buckets_plot_under_test").main(["--plot", str(written)]) == 0
+    assert (tmp_path / "buckets.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
