@@ -259,13 +259,18 @@ def previous_checkpoints(out: Path, result: dict) -> list[dict]:
     return list(previous.get("checkpoints", [])) if same else []
 
 
-def write_merged(out: Path, result: dict) -> dict:
-    """`result` with the checkpoints another process wrote to `out` meanwhile (two processes, a core
-    each, may analyse different checkpoints of one run into one file); written whole, atomically."""
-    mine = {(c["step"], c["advantage"]) for c in result["checkpoints"]}
-    theirs = [c for c in previous_checkpoints(out, result) if (c["step"], c["advantage"]) not in mine]
+def write_merged(out: Path, result: dict, analysed: set) -> dict:
+    """`result` with what another process wrote to `out` meanwhile (two processes, a core each, may
+    analyse different checkpoints of one run into one file): the (step, advantage) entries this one
+    `analysed` are its own; every other entry is the file's as it is now (not the copy read at the
+    start); written whole, atomically."""
+    on_file = previous_checkpoints(out, result)
+    filed = {(c["step"], c["advantage"]) for c in on_file}
+    mine = [c for c in result["checkpoints"] if (c["step"], c["advantage"]) in analysed
+            or (c["step"], c["advantage"]) not in filed]
+    theirs = [c for c in on_file if (c["step"], c["advantage"]) not in analysed]
     order = {advantage: i for i, advantage in enumerate(ADVANTAGES)}
-    merged = dict(result, checkpoints=sorted(result["checkpoints"] + theirs,
+    merged = dict(result, checkpoints=sorted(mine + theirs,
                                              key=lambda c: (c["step"], order.get(c["advantage"], len(order)))))
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_name(out.name + ".partial")
@@ -313,6 +318,7 @@ def main(argv=None) -> int:
               "checkpoints": []}
     result["checkpoints"] = previous_checkpoints(args.out, result)
     done_steps = {int(c["step"]) for c in result["checkpoints"]}
+    analysed: set = set()  # (step, advantage) entries this process computes
     for item in args.checkpoint:
         step, _, path = item.partition("=")
         if int(step) in done_steps:  # a checkpoint takes hours on a CPU: an interrupted run goes on from here
@@ -334,9 +340,10 @@ def main(argv=None) -> int:
             c["code"] = code_version()  # a long analysis may resume on a later commit
             c["command"] = result["command"]  # the file's checkpoints may come from several commands
         result["checkpoints"].extend(done)
-        result = write_merged(args.out, result)  # after each checkpoint
+        analysed |= {(c["step"], c["advantage"]) for c in done}
+        result = write_merged(args.out, result, analysed)  # after each checkpoint
         print(f"step {step}: {len(batch.trajectories)} episodes analysed", file=sys.stderr)
-    result = write_merged(args.out, result)
+    result = write_merged(args.out, result, analysed)
     checkpoints = result["checkpoints"]
     plot(result, args.out.with_suffix(".png"))
     for c in checkpoints:

@@ -234,6 +234,22 @@ def test_two_processes_analysing_other_checkpoints_of_one_run_share_one_file(tmp
     assert ["0=start" in c["command"] for c in merged] == [True, True, False, False]  # each names its own command
     assert not list(tmp_path.glob("*.partial"))
 
+    # A process that read step 0 at its start keeps the file's step 0 as the file has it when it
+    # writes (here amended meanwhile), not its own stale copy: it owns only what it analysed.
+    def file_amended_meanwhile(models, cfg, batch, step):
+        done = analyse(models, cfg, batch, step)
+        amended = json.loads(out.read_text())
+        for c in amended["checkpoints"]:
+            c["amended"] = True
+        out.write_text(json.dumps(amended))
+        return done
+
+    tool.analyse = file_amended_meanwhile
+    assert tool.main([*common, "--out", str(out), "--checkpoint", "0=start", "--checkpoint", f"7={model}"]) == 0
+    merged = json.loads(out.read_text())["checkpoints"]
+    assert [(c["step"], c.get("amended", False)) for c in merged] == [(0, True), (0, True), (3, True), (3, True),
+                                                                     (7, False), (7, False)]
+
 
 def test_the_figure_is_redrawn_from_a_written_file(tmp_path):
     """--plot FILE.json draws FILE.png from the file alone (no run, no model), a bucket of exact zeros included."""
