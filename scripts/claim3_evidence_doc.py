@@ -40,6 +40,12 @@ def g(x):
     return f"{x:.2g}"
 
 
+def zero_variance_within_floor(checkpoint):
+    """Is the zero-variance groups' largest task norm at or under the checkpoint's floor (None: no such group)?"""
+    largest, floor = checkpoint["zero_variance_task_norm_max"], checkpoint["floor"]
+    return None if largest is None else floor is not None and largest <= floor
+
+
 def floor_text(name, a):
     f = a["floors"]["task_norm"]
     return (f"{name}: floor {g(f['floor'])}; {f['spread_groups_below_floor']} groups with spread under it (largest "
@@ -73,9 +79,7 @@ if buckets_file.is_file():
     steps = sorted({c["step"] for c in checkpoints})
     rising = {adv: sum(c["task_norm_nondecreasing"] is True for c in checkpoints if c["advantage"] == adv)
               for adv in ("dr_grpo", "grpo")}
-    bound = all(c["zero_variance_task_norm_max"] is None or (c["floor"] is not None and
-                                                            c["zero_variance_task_norm_max"] <= c["floor"])
-                for c in checkpoints)
+    bound = all(zero_variance_within_floor(c) is not False for c in checkpoints)
     figure = (f"RAGEN-2's six-bucket figure on FrozenLake from a warm start, {len(steps)} of 3 checkpoints so far "
               f"(step{'s' if len(steps) > 1 else ''} {', '.join(map(str, steps))}): the task norm non-decreasing over "
               f"the buckets with spread at {rising['dr_grpo']} of {len(steps)} under Dr.GRPO and {rising['grpo']} of "
@@ -170,7 +174,7 @@ if buckets_file.is_file():
         spread = [k for k in c["buckets"] if k["mean_variance"] > 0]
         zero_max, floor = c["zero_variance_task_norm_max"], c["floor"]
         bound = ("no zero-variance group" if zero_max is None else
-                 f"largest task norm {g(zero_max)}, {'within' if floor is not None and zero_max <= floor else 'ABOVE'} "
+                 f"largest task norm {g(zero_max)}, {'within' if zero_variance_within_floor(c) else 'ABOVE'} "
                  f"the floor {g(floor) if floor is not None else '(none: no bucket with spread)'}")
         trend = {True: "non-decreasing", False: "not monotone", None: "not readable (under two buckets)"}[
             c["task_norm_nondecreasing"]]

@@ -343,8 +343,7 @@ def main(argv=None) -> int:
         analysed |= {(c["step"], c["advantage"]) for c in done}
         result = write_merged(args.out, result, analysed)  # after each checkpoint
         print(f"step {step}: {len(batch.trajectories)} episodes analysed", file=sys.stderr)
-    result = write_merged(args.out, result, analysed)
-    checkpoints = result["checkpoints"]
+    checkpoints = result["checkpoints"]  # written after each checkpoint; nothing new, nothing to write
     plot(result, args.out.with_suffix(".png"))
     for c in checkpoints:
         print(f"step {c['step']} {c['advantage']}: zero-variance groups {c['zero_variance_groups']} "
