@@ -29,15 +29,18 @@ Cost on a CPU: the gradients are taken a group at a time at ratio 1 (no old-log-
 three backward passes a micro-batch (task, entropy, KL; the task one skipped where the advantages
 are all 0.0): a group's GRPO task gradient is its Dr.GRPO one times a scale (group_scales), and the
 entropy and KL terms do not depend on the advantage. The output is written after each checkpoint: a
-rerun with the same run, seeds and batch shape skips the checkpoints it holds, so a long analysis
-survives a stop.
+rerun with the same run, seeds and batch shape skips the checkpoints it holds. Within a checkpoint
+(about 100 min on one core), its rollout batch and each finished bucket are kept in `--work`, so a
+stop loses at most the bucket under way: the rerun goes on from there on the same rollouts.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
+import shutil
 import statistics
 import sys
 import time
@@ -142,9 +145,71 @@ def bucket_gradient_sums(models: learner.Models, cfg, data: learner.UpdateInputs
     return sums, groups
 
 
-def analyse(models: learner.Models, cfg, batch, step: int) -> list[dict]:
+class CheckpointWork:
+    """A checkpoint's analysis in progress, in a folder of its own: the rollout batch and each
+    finished bucket (its norms and groups, small), so a rerun goes on from the last finished bucket
+    on the same rollouts. `key` names what the work is for; a folder holding another key's work
+    (another checkpoint path, seed, shape or override) is not reused."""
+
+    def __init__(self, root: Path, key: dict):
+        digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+        self.folder = root / f"step{key['step']}-seed{key['analysis_seed']}-{digest}"
+        self.key = key
+        state = self.folder / "state.json"
+        self.state = json.loads(state.read_text()) if state.is_file() else {}
+        if self.state.get("key") != key:
+            self.state = {"key": key, "spent_s": 0.0, "attempts": 0, "buckets": {}}
+        self.state["attempts"] += 1
+        self.started = time.perf_counter()
+
+    def batch(self):
+        """The kept rollout batch, or None (none kept yet, or unreadable: roll out again)."""
+        path = self.folder / "batch.pt"
+        if "rollout_s" not in self.state or not path.is_file():
+            return None
+        try:  # our own file, pickled by save_batch: not weights_only
+            return torch.load(path, weights_only=False)
+        except Exception as error:  # a file cut short by a stop mid-write
+            print(f"kept rollouts in {path} unreadable ({error}): rolling out again", file=sys.stderr)
+            return None
+
+    def save_batch(self, batch, rollout_s: float) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        partial = self.folder / "batch.pt.partial"
+        torch.save(batch, partial)
+        partial.replace(self.folder / "batch.pt")
+        self.state["rollout_s"] = round(rollout_s, 1)
+        self._write()
+
+    def finished_bucket(self, name: str, members: list[int]):
+        """(bucket entry, its groups) kept for `name`, if it was computed for the same groups."""
+        kept = self.state["buckets"].get(name)
+        return (kept["entry"], kept["groups"]) if kept and kept["members"] == members else None
+
+    def save_bucket(self, name: str, members: list[int], entry: dict, groups: list[dict]) -> None:
+        self.state["buckets"][name] = {"members": members, "entry": entry, "groups": groups}
+        self._write()
+
+    def spent_s(self) -> float:
+        """Seconds of this checkpoint's kept work over its attempts, up to now (what a stop cut short,
+        not kept, is not counted)."""
+        return self.state["spent_s"] + time.perf_counter() - self.started
+
+    def _write(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        state = dict(self.state, spent_s=self.spent_s())
+        partial = self.folder / "state.json.partial"
+        partial.write_text(json.dumps(state))
+        partial.replace(self.folder / "state.json")
+
+    def clear(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def analyse(models: learner.Models, cfg, batch, step: int, work: CheckpointWork | None = None) -> list[dict]:
     """One object per advantage type: the six buckets and the zero-variance groups, on `batch`,
-    at the current weights (old log-probs = the current ones: ratio exactly 1, no optimiser step)."""
+    at the current weights (old log-probs = the current ones: ratio exactly 1, no optimiser step).
+    Buckets `work` holds are taken from it; each one computed is kept there."""
     batch = batch.to(models.device)
     base = learner.update_inputs(models, batch, cfg, old_log_probs=False)  # reference log-probs, once
     stds = grad_decomp.group_reward_std(batch, cfg.filter.ddof)
@@ -165,17 +230,25 @@ def analyse(models: learner.Models, cfg, batch, step: int) -> list[dict]:
     started = time.perf_counter()
     for number, (name, positions) in enumerate(split.items(), start=1):
         members = [groups[i] for i in positions]
-        sums, bucket_groups = bucket_gradient_sums(models, cfg, data, members, rows_of, scales)
-        # a checkpoint takes a core for over an hour: say where it is
-        print(f"step {step}: bucket {number} of {len(split)} ({len(members)} groups) done after "
-              f"{time.perf_counter() - started:.0f} s of gradients", file=sys.stderr, flush=True)
+        kept = work.finished_bucket(name, members) if work else None
+        if kept:
+            entry, bucket_groups = kept
+            print(f"step {step}: bucket {number} of {len(split)} kept from {work.folder}", file=sys.stderr)
+        else:
+            sums, bucket_groups = bucket_gradient_sums(models, cfg, data, members, rows_of, scales)
+            # a checkpoint takes a core for over an hour: say where it is
+            print(f"step {step}: bucket {number} of {len(split)} ({len(members)} groups) done after "
+                  f"{time.perf_counter() - started:.0f} s of gradients", file=sys.stderr, flush=True)
+            norms = {key: grad_lib.norm(grads) for key, grads in sums.items()}
+            del sums
+            entry = {"bucket": name, "groups": len(members),
+                     "mean_variance": statistics.fmean(stds[g] ** 2 for g in members),
+                     "mean_std": statistics.fmean(stds[g] for g in members),
+                     "tokens": sum(g["tokens"] for g in bucket_groups), "norms": norms}
+            if work:
+                work.save_bucket(name, members, entry, bucket_groups)
         per_group += bucket_groups
-        norms = {key: grad_lib.norm(grads) for key, grads in sums.items()}
-        del sums
-        buckets.append({"bucket": name, "groups": len(members),
-                        "mean_variance": statistics.fmean(stds[g] ** 2 for g in members),
-                        "mean_std": statistics.fmean(stds[g] for g in members),
-                        "tokens": sum(g["tokens"] for g in bucket_groups), "norms": norms})
+        buckets.append(entry)
     out = []
     for advantage in ADVANTAGES:
         rows = []
@@ -298,6 +371,9 @@ def main(argv=None) -> int:
     parser.add_argument("--kl-coef", type=float, default=0.001, help="RAGEN-2's kl_loss_coef")
     parser.add_argument("--seed", type=int, default=0, help="picks the analysis instances and the sampling")
     parser.add_argument("--out", type=Path, default=Path("docs/benchmarks/gradient_buckets.json"))
+    parser.add_argument("--work", type=Path, default=None,
+                        help="where a checkpoint under way keeps its rollouts and finished buckets "
+                             "(default: RUN/gradient-buckets-work, which git ignores)")
     parser.add_argument("--threads", type=int, default=None,
                         help="CPU threads (default: torch's); 1 beside a suite runner, whose cells' times are reported")
     parser.add_argument("overrides", nargs="*", help="KEY=VALUE over the run's config")
@@ -326,22 +402,34 @@ def main(argv=None) -> int:
             continue
         if path != "start":
             load_weights(models, path)
-        started = time.perf_counter()
-        generator = torch.Generator(device="cpu").manual_seed(args.seed)  # the same draws at every checkpoint
-        models.policy.eval()
-        batch = rollout_in_chunks(models.policy, models.tokenizer, env_factory(cfg), seeds, cfg.rollout, generator,
-                                  chunk_groups=max(1, ROLLOUT_EPISODES // cfg.rollout.group_size))
-        rolled = time.perf_counter()
-        print(f"step {step}: {len(batch.trajectories)} episodes rolled out in {rolled - started:.0f} s", file=sys.stderr)
-        done = analyse(models, cfg, batch, int(step))
-        for c in done:  # what one checkpoint cost, rollout and both advantages' passes (planning runs)
-            c["wall_s"] = round(time.perf_counter() - started, 1)
-            c["rollout_s"] = round(rolled - started, 1)
+        work = CheckpointWork(args.work or args.run / "gradient-buckets-work", {
+            "run": str(args.run.resolve()), "step": int(step), "checkpoint": path, "analysis_seed": args.seed,
+            "groups": args.groups, "group_size": args.group_size, "kl_coef": args.kl_coef,
+            "overrides": args.overrides})
+        batch = work.batch()
+        if batch is None:
+            started = time.perf_counter()
+            generator = torch.Generator(device="cpu").manual_seed(args.seed)  # the same draws at every checkpoint
+            models.policy.eval()
+            batch = rollout_in_chunks(models.policy, models.tokenizer, env_factory(cfg), seeds, cfg.rollout,
+                                      generator, chunk_groups=max(1, ROLLOUT_EPISODES // cfg.rollout.group_size))
+            work.save_batch(batch, time.perf_counter() - started)
+            print(f"step {step}: {len(batch.trajectories)} episodes rolled out in "
+                  f"{work.state['rollout_s']:.0f} s", file=sys.stderr)
+        else:
+            print(f"step {step}: going on from {work.folder} (its rollouts and {len(work.state['buckets'])} "
+                  f"finished buckets)", file=sys.stderr)
+        done = analyse(models, cfg, batch, int(step), work)
+        for c in done:  # what one checkpoint cost over its attempts, rollout and both advantages' passes
+            c["wall_s"] = round(work.spent_s(), 1)
+            c["rollout_s"] = work.state["rollout_s"]
+            c["attempts"] = work.state["attempts"]
             c["code"] = code_version()  # a long analysis may resume on a later commit
             c["command"] = result["command"]  # the file's checkpoints may come from several commands
         result["checkpoints"].extend(done)
         analysed |= {(c["step"], c["advantage"]) for c in done}
         result = write_merged(args.out, result, analysed)  # after each checkpoint
+        work.clear()
         print(f"step {step}: {len(batch.trajectories)} episodes analysed", file=sys.stderr)
     checkpoints = result["checkpoints"]  # written after each checkpoint; nothing new, nothing to write
     plot(result, args.out.with_suffix(".png"))

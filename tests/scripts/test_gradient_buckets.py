@@ -129,7 +129,7 @@ def test_an_interrupted_analysis_goes_on_from_its_last_checkpoint(tmp_path, half
     run = analysis_run(tmp_path / "run", half_coin, model)
     tool = load_tool("gradient_buckets_resume_under_test")
     analysed, analyse = [], tool.analyse
-    tool.analyse = lambda models, cfg, batch, step: analysed.append(step) or analyse(models, cfg, batch, step)
+    tool.analyse = lambda models, cfg, batch, step, *work: analysed.append(step) or analyse(models, cfg, batch, step, *work)
     out = tmp_path / "buckets.json"
     common = ["--run", str(run), "--groups", "8", "--group-size", "4", "--out", str(out)]
     assert tool.main([*common, "--checkpoint", "0=start"]) == 0
@@ -221,8 +221,8 @@ def test_two_processes_analysing_other_checkpoints_of_one_run_share_one_file(tmp
     out = tmp_path / "buckets.json"
     analyse = tool.analyse
 
-    def other_process_finishes_meanwhile(models, cfg, batch, step):
-        done = analyse(models, cfg, batch, step)
+    def other_process_finishes_meanwhile(models, cfg, batch, step, *work):
+        done = analyse(models, cfg, batch, step, *work)
         out.write_text(other.read_text())
         return done
 
@@ -236,8 +236,8 @@ def test_two_processes_analysing_other_checkpoints_of_one_run_share_one_file(tmp
 
     # A process that read step 0 at its start keeps the file's step 0 as the file has it when it
     # writes (here amended meanwhile), not its own stale copy: it owns only what it analysed.
-    def file_amended_meanwhile(models, cfg, batch, step):
-        done = analyse(models, cfg, batch, step)
+    def file_amended_meanwhile(models, cfg, batch, step, *work):
+        done = analyse(models, cfg, batch, step, *work)
         amended = json.loads(out.read_text())
         for c in amended["checkpoints"]:
             c["amended"] = True
@@ -261,3 +261,52 @@ def test_the_figure_is_redrawn_from_a_written_file(tmp_path):
     written.write_text(json.dumps(result))
     assert load_tool("gradient_buckets_plot_under_test").main(["--plot", str(written)]) == 0
     assert (tmp_path / "buckets.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+class Stop(Exception):
+    """Stands for a session's end mid-checkpoint."""
+
+
+def test_a_checkpoint_stopped_mid_way_goes_on_from_its_last_finished_bucket(tmp_path, half_coin):
+    """A checkpoint is about 100 min on one core: a stop in its fourth bucket keeps the rollouts and
+    three buckets, the rerun computes only the other three on the same rollouts, and the result is
+    the uninterrupted one's."""
+    model = saved_model(tmp_path / "model", seed=0)
+    run = analysis_run(tmp_path / "run", half_coin, model)
+    common = ["--run", str(run), "--groups", "12", "--group-size", "4", "--checkpoint", "0=start"]
+    reference = tmp_path / "reference.json"
+    assert load_tool("gradient_buckets_whole").main([*common, "--out", str(reference),
+                                                     "--work", str(tmp_path / "other-work")]) == 0
+
+    stopped = load_tool("gradient_buckets_stopped")
+    computed, compute = [], stopped.bucket_gradient_sums
+
+    def stop_in_the_fourth(models, cfg, data, members, *rest):
+        if len(computed) == 3:
+            raise Stop
+        computed.append(members)
+        return compute(models, cfg, data, members, *rest)
+
+    stopped.bucket_gradient_sums = stop_in_the_fourth
+    out = tmp_path / "buckets.json"
+    with pytest.raises(Stop):
+        stopped.main([*common, "--out", str(out)])
+    assert not out.exists()
+    work = next((run / "gradient-buckets-work").iterdir())
+    assert (work / "batch.pt").is_file() and len(json.loads((work / "state.json").read_text())["buckets"]) == 3
+
+    resumed = load_tool("gradient_buckets_resumed")
+    again, compute_again = [], resumed.bucket_gradient_sums
+    resumed.bucket_gradient_sums = lambda models, cfg, data, members, *rest: (
+        again.append(members) or compute_again(models, cfg, data, members, *rest))
+    resumed.rollout_in_chunks = lambda *args, **kwargs: pytest.fail("the kept rollouts were rolled out again")
+    assert resumed.main([*common, "--out", str(out)]) == 0
+    assert len(again) == 3 and not set(map(tuple, again)) & set(map(tuple, computed))
+    assert not work.exists()  # the checkpoint is in the output: its work is removed
+
+    def result(path):
+        kept_apart = ("wall_s", "rollout_s", "attempts", "command", "code")
+        return [{k: v for k, v in c.items() if k not in kept_apart} for c in json.loads(path.read_text())["checkpoints"]]
+
+    assert result(out) == result(reference)
+    assert [c["attempts"] for c in json.loads(out.read_text())["checkpoints"]] == [2, 2]
