@@ -72,19 +72,30 @@ machines = ", ".join(f"seeds {seeds[0]}-{seeds[-1]} on the {cpu.removesuffix(' P
 text = (root / "docs/evidence.md").read_text()
 row = re.compile(r"\| \(3\) task-gradient norm grows.*\n")
 sd, sg = dr["secondary"], gr["secondary"]
-buckets_file = root / "docs/benchmarks/gradient_buckets.json"
+# RAGEN-2's figure: seed 1's run in gradient_buckets.json (the file the issue names), other seeds beside it
+bucket_files = [f for f in [root / "docs/benchmarks/gradient_buckets.json",
+                            *sorted((root / "docs/benchmarks").glob("gradient_buckets_seed*.json"))] if f.is_file()]
+buckets_of = {f: json.loads(f.read_text()) for f in bucket_files}
+fit_file = root / "docs/benchmarks/gradient_buckets_fit.json"
+fit_run = json.loads(fit_file.read_text()) if fit_file.is_file() else None
+
+
 figure = "RAGEN-2's six-bucket figure pending a warm-started multi-turn checkpoint"
-if buckets_file.is_file():
-    checkpoints = json.loads(buckets_file.read_text())["checkpoints"]
-    steps = sorted({c["step"] for c in checkpoints})
+if bucket_files:
+    checkpoints = [c for b in buckets_of.values() for c in b["checkpoints"]]
+    count = len(checkpoints) // 2  # one entry per advantage type
+    per_seed = "; ".join(f"seed {b['seed']}: step{'s' if len({c['step'] for c in b['checkpoints']}) > 1 else ''} "
+                         f"{', '.join(map(str, sorted({c['step'] for c in b['checkpoints']})))}"
+                         for b in sorted(buckets_of.values(), key=lambda b: b["seed"]))
     rising = {adv: sum(c["task_norm_nondecreasing"] is True for c in checkpoints if c["advantage"] == adv)
               for adv in ("dr_grpo", "grpo")}
     bound = all(zero_variance_within_floor(c) is not False for c in checkpoints)
-    figure = (f"RAGEN-2's six-bucket figure on FrozenLake from a warm start, {len(steps)} of 3 checkpoints so far "
-              f"(step{'s' if len(steps) > 1 else ''} {', '.join(map(str, steps))}): the task norm non-decreasing over "
-              f"the buckets with spread at {rising['dr_grpo']} of {len(steps)} under Dr.GRPO and {rising['grpo']} of "
-              f"{len(steps)} under GRPO; zero-variance groups' task norm "
-              f"{'within' if bound else 'NOT within'} the floor")
+    figure = (f"RAGEN-2's six-bucket figure on FrozenLake from a warm start, {count} checkpoints of "
+              f"{len(bucket_files)} seeds' runs so far ({per_seed}): the task norm non-decreasing over "
+              f"the buckets with spread at {rising['dr_grpo']} of {count} under Dr.GRPO and {rising['grpo']} of "
+              f"{count} under GRPO; zero-variance groups' task norm {'within' if bound else 'NOT within'} the floor"
+              + (f"; the pre-registered fit across seeds: {secondary_text('Dr.GRPO', {'secondary': fit_run['fit']['dr_grpo']})}"
+                 if fit_run else ""))
 status = (f"| (3) task-gradient norm grows with reward spread, regularisers flat | **shown in direction on Bandit "
           f"(single-turn); {figure}**: with a floor "
           f"for float residue, under Dr.GRPO the per-seed slope of log task norm on log reward std is "
@@ -95,7 +106,7 @@ assert row.search(text)
 text = row.sub(lambda m: status, text)
 
 figure_where = ("which is below for a warm-started FrozenLake run, checkpoint by checkpoint as they are analysed"
-                if buckets_file.is_file() else "which needs a warm-started checkpoint (below)")
+                if bucket_files else "which needs a warm-started checkpoint (below)")
 body = f"""{SOURCES}
 The fit counts a norm as zero at or under a floor, 1e-4 of the arm's median task norm over groups
 with spread. Why that size: a group of identical replies whose random payoffs differ has mean-centred
@@ -153,10 +164,12 @@ kept every norm `> 0`, so the float residue of the groups now under the floor (n
 {g(dr['floors']['task_norm']['largest_below_floor'])} against a median of {dr['floors']['task_norm']['median']:.1f}) entered the log-log fit at large std and pulled
 the slopes toward zero (Dr.GRPO) and below it (GRPO).
 """
-if buckets_file.is_file():
-    b = json.loads(buckets_file.read_text())
-    body += (f"\n### RAGEN-2's figure on {b['env']} ({b['groups']} x {b['group_size']}, run seed {b['seed']})\n\n"
-             f"<!-- source: docs/benchmarks/gradient_buckets.json -->\n")
+
+
+def figure_section(name: str, b: dict) -> str:
+    """One seed's run: the commands, each checkpoint's reading, the six buckets' table, the figure."""
+    out = (f"\n### RAGEN-2's figure on {b['env']} ({b['groups']} x {b['group_size']}, run seed {b['seed']})\n\n"
+           f"<!-- source: docs/benchmarks/{name} -->\n")
     commands: dict[str, list[int]] = {}  # the file's checkpoints may come from several commands (a core each)
     for c in b["checkpoints"]:
         steps = commands.setdefault(c.get("command", b["command"]), [])
@@ -164,12 +177,12 @@ if buckets_file.is_file():
             steps.append(c["step"])
     threads = f"{b['cpu_threads']} torch thread{'s' if b['cpu_threads'] != 1 else ''}"
     if len(commands) == 1:
-        body += f"`{next(iter(commands))}` ({threads}). "
+        out += f"`{next(iter(commands))}` ({threads}). "
     else:
-        body += f"Written by {len(commands)} commands ({threads} each):\n\n" + "".join(
+        out += f"Written by {len(commands)} commands ({threads} each):\n\n" + "".join(
             f"- step{'s' if len(steps) > 1 else ''} {', '.join(map(str, steps))}: `{command}`\n"
             for command, steps in commands.items()) + "\n"
-    body += "Per checkpoint and advantage type, the six buckets' reading:\n\n"
+    out += "Per checkpoint and advantage type, the six buckets' reading:\n\n"
     for c in b["checkpoints"]:
         spread = [k for k in c["buckets"] if k["mean_variance"] > 0]
         zero_max, floor = c["zero_variance_task_norm_max"], c["floor"]
@@ -179,21 +192,36 @@ if buckets_file.is_file():
         trend = {True: "non-decreasing", False: "not monotone", None: "not readable (under two buckets)"}[
             c["task_norm_nondecreasing"]]
         regs = [k[key] for k in c["buckets"] for key in ("entropy_norm", "kl_norm")]
-        body += (f"- step {c['step']}, {c['advantage']}: {c['zero_variance_groups']} of {c['groups']} groups without "
-                 f"spread ({c['zero_variance_groups_exactly_zero']} with advantages exactly 0; {bound}); the task norm "
-                 f"over the {len(spread)} buckets with spread is {trend}"
-                 + (f", {g(min(k['task_norm'] for k in spread))} to {g(max(k['task_norm'] for k in spread))}" if spread
-                    else "")
-                 + f"; the regularisers times their coefficients {g(min(regs))} to {g(max(regs))}"
-                 + (f" ({c['wall_s'] / 60:.0f} min for the checkpoint, rollout {c['rollout_s'] / 60:.0f})"
-                    if "rollout_s" in c else "") + "\n")
-    body += ("\n| step | advantage | bucket | groups | mean variance | task norm | entropy norm x coef | "
-             "KL norm x coef |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n")
+        out += (f"- step {c['step']}, {c['advantage']}: {c['zero_variance_groups']} of {c['groups']} groups without "
+                f"spread ({c['zero_variance_groups_exactly_zero']} with advantages exactly 0; {bound}); the task norm "
+                f"over the {len(spread)} buckets with spread is {trend}"
+                + (f", {g(min(k['task_norm'] for k in spread))} to {g(max(k['task_norm'] for k in spread))}" if spread
+                   else "")
+                + f"; the regularisers times their coefficients {g(min(regs))} to {g(max(regs))}"
+                + (f" ({c['wall_s'] / 60:.0f} min for the checkpoint, rollout {c['rollout_s'] / 60:.0f})"
+                   if "rollout_s" in c else "") + "\n")
+    out += ("\n| step | advantage | bucket | groups | mean variance | task norm | entropy norm x coef | "
+            "KL norm x coef |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n")
     for c in b["checkpoints"]:
         for k in c["buckets"]:
-            body += (f"| {c['step']} | {c['advantage']} | {k['bucket']} | {k['groups']} | {k['mean_variance']:.3g} | "
-                     f"{k['task_norm']:.3g} | {k['entropy_norm']:.3g} | {k['kl_norm']:.3g} |\n")
-    body += "\n![RAGEN-2's figure: norms by reward-variance bucket](benchmarks/gradient_buckets.png)\n"
+            out += (f"| {c['step']} | {c['advantage']} | {k['bucket']} | {k['groups']} | {k['mean_variance']:.3g} | "
+                    f"{k['task_norm']:.3g} | {k['entropy_norm']:.3g} | {k['kl_norm']:.3g} |\n")
+    png = name.removesuffix(".json") + ".png"
+    return out + f"\n![RAGEN-2's figure, run seed {b['seed']}: norms by reward-variance bucket](benchmarks/{png})\n"
+
+
+for f, b in buckets_of.items():
+    body += figure_section(f.name, b)
+if fit_run:
+    dr_fit, gr_fit = fit_run["fit"]["dr_grpo"], fit_run["fit"]["grpo"]
+    body += (f"\n### The pre-registered fit across seeds\n\n<!-- source: docs/benchmarks/{fit_file.name} -->\n"
+             f"`{fit_run['command']}`: per seed, least squares of ln task norm on ln bucket mean reward std, "
+             f"ln sampled tokens and one indicator per checkpoint, over the buckets with spread above the floor; "
+             f"the per-seed slopes tested one-sided across seeds (configs/bench/grad-vs-spread.yaml). "
+             f"{secondary_text('Dr.GRPO', {'secondary': dr_fit})} (per seed: "
+             + ", ".join(f"{seed} {f2(v)}" for seed, v in dr_fit["per_seed_slope"].items())
+             + f"). {secondary_text('GRPO', {'secondary': gr_fit})} (per seed: "
+             + ", ".join(f"{seed} {f2(v)}" for seed, v in gr_fit["per_seed_slope"].items()) + ").\n")
 text = replace_block(text, body, BEGIN, END)
 if text is None:
     sys.exit(f"docs/evidence.md: no {BEGIN} ... {END} around the claim-3 figures")

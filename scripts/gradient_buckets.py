@@ -6,7 +6,7 @@ against the bucket's mean reward variance, on a separate analysis batch, under b
     python scripts/gradient_buckets.py --run RUN --checkpoint 0=start --checkpoint 20=RUN/checkpoints/step_000020 \
         --checkpoint 40=RUN/checkpoints/step_000040 [--groups 32 --group-size 16] [KEY=VALUE ...] \
         [--out docs/benchmarks/gradient_buckets.json]
-    python scripts/gradient_buckets.py --fit SEED0.json SEED1.json ...   # the pre-registered fit across seeds
+    python scripts/gradient_buckets.py --fit SEED0.json SEED1.json ... [--out FIT.json]  # the pre-registered fit
     python scripts/gradient_buckets.py --plot FILE.json                  # redraw FILE.png from FILE.json
 
 RUN is a training run directory (its config.yaml gives env, rollout, loss and model); `start` is the
@@ -355,8 +355,21 @@ def write_merged(out: Path, result: dict, analysed: set) -> dict:
 def main(argv=None) -> int:
     if argv is None:
         argv = sys.argv[1:]
-    if argv[:1] == ["--fit"]:  # python scripts/gradient_buckets.py --fit SEED0.json SEED1.json ...
-        print(json.dumps(fit([Path(p) for p in argv[1:]]), indent=1))
+    if argv[:1] == ["--fit"]:  # python scripts/gradient_buckets.py --fit SEED0.json SEED1.json ... [--out FIT.json]
+        files, _, out = argv[1:], None, None
+        if "--out" in files:
+            at = files.index("--out")
+            files, out = files[:at] + files[at + 2:], Path(files[at + 1]) if at + 1 < len(files) else None
+            if out is None:
+                sys.exit("--out needs a file name")
+        missing = [name for name in files if not Path(name).is_file()]
+        if not files or missing:
+            sys.exit(f"--fit needs one gradient_buckets output per seed; not found: {missing or 'none given'}")
+        result = {"command": "python scripts/gradient_buckets.py " + " ".join(argv), "files": files,
+                  "fit": fit([Path(name) for name in files])}
+        print(json.dumps(result, indent=1))
+        if out:
+            out.write_text(json.dumps(result, indent=1) + "\n")
         return 0
     if argv[:1] == ["--plot"]:  # python scripts/gradient_buckets.py --plot FILE.json: the figure again, FILE.png
         for name in argv[1:]:

@@ -120,6 +120,12 @@ def test_the_preregistered_fit_reads_one_output_per_seed(tmp_path, half_coin):
     # rewards uniform on [0, 1]: Dr.GRPO's advantages, so the task norm, grow with the group's std
     assert all(slope > 0 for slope in dr["per_seed_slope"].values())
     assert 0.0 <= dr["p_one_sided_sign"] <= 1.0 and dr["positive"] == 2
+    written = tmp_path / "fit.json"  # the file docs read, with the command that wrote it
+    assert tool.main(["--fit", *map(str, outputs), "--out", str(written)]) == 0
+    on_file = json.loads(written.read_text())
+    assert on_file["fit"] == json.loads(json.dumps(result)) and on_file["command"].endswith(f"--out {written}")
+    with pytest.raises(SystemExit, match="not found"):
+        tool.main(["--fit", str(tmp_path / "no-such-seed.json")])
 
 
 def test_an_interrupted_analysis_goes_on_from_its_last_checkpoint(tmp_path, half_coin):
