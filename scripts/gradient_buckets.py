@@ -154,7 +154,6 @@ class CheckpointWork:
     def __init__(self, root: Path, key: dict):
         digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
         self.folder = root / f"step{key['step']}-seed{key['analysis_seed']}-{digest}"
-        self.key = key
         state = self.folder / "state.json"
         self.state = json.loads(state.read_text()) if state.is_file() else {}
         if self.state.get("key") != key:
@@ -356,15 +355,14 @@ def main(argv=None) -> int:
     if argv is None:
         argv = sys.argv[1:]
     if argv[:1] == ["--fit"]:  # python scripts/gradient_buckets.py --fit SEED0.json SEED1.json ... [--out FIT.json]
-        files, _, out = argv[1:], None, None
-        if "--out" in files:
-            at = files.index("--out")
-            files, out = files[:at] + files[at + 2:], Path(files[at + 1]) if at + 1 < len(files) else None
-            if out is None:
-                sys.exit("--out needs a file name")
+        fit_args = argparse.ArgumentParser(prog="gradient_buckets.py --fit")
+        fit_args.add_argument("files", nargs="+", help="one gradient_buckets output per seed")
+        fit_args.add_argument("--out", type=Path, help="also write the fit, with its command, here")
+        parsed = fit_args.parse_args(argv[1:])
+        files, out = parsed.files, parsed.out
         missing = [name for name in files if not Path(name).is_file()]
-        if not files or missing:
-            sys.exit(f"--fit needs one gradient_buckets output per seed; not found: {missing or 'none given'}")
+        if missing:
+            sys.exit(f"--fit needs one gradient_buckets output per seed; not found: {missing}")
         result = {"command": "python scripts/gradient_buckets.py " + " ".join(argv), "files": files,
                   "fit": fit([Path(name) for name in files])}
         print(json.dumps(result, indent=1))
