@@ -145,6 +145,14 @@ def bucket_gradient_sums(models: learner.Models, cfg, data: learner.UpdateInputs
     return sums, groups
 
 
+def replace_atomically(path: Path, write) -> None:
+    """`write(partial)` to a sibling file, then rename it over `path`: a stop mid-write leaves the
+    previous file (or none), never a torn one that a resume would trust."""
+    partial = path.with_name(path.name + ".partial")
+    write(partial)
+    partial.replace(path)
+
+
 class CheckpointWork:
     """A checkpoint's analysis in progress, in a folder of its own: the rollout batch and each
     finished bucket (its norms and groups, small), so a rerun goes on from the last finished bucket
@@ -174,9 +182,7 @@ class CheckpointWork:
 
     def save_batch(self, batch, rollout_s: float) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
-        partial = self.folder / "batch.pt.partial"
-        torch.save(batch, partial)
-        partial.replace(self.folder / "batch.pt")
+        replace_atomically(self.folder / "batch.pt", lambda partial: torch.save(batch, partial))
         self.state["rollout_s"] = round(rollout_s, 1)
         self._write()
 
@@ -197,9 +203,7 @@ class CheckpointWork:
     def _write(self) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
         state = dict(self.state, spent_s=self.spent_s())
-        partial = self.folder / "state.json.partial"
-        partial.write_text(json.dumps(state))
-        partial.replace(self.folder / "state.json")
+        replace_atomically(self.folder / "state.json", lambda partial: partial.write_text(json.dumps(state)))
 
     def clear(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
@@ -345,9 +349,7 @@ def write_merged(out: Path, result: dict, analysed: set) -> dict:
     merged = dict(result, checkpoints=sorted(mine + theirs,
                                              key=lambda c: (c["step"], order.get(c["advantage"], len(order)))))
     out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_name(out.name + ".partial")
-    partial.write_text(json.dumps(merged, indent=1))
-    partial.replace(out)
+    replace_atomically(out, lambda partial: partial.write_text(json.dumps(merged, indent=1)))
     return merged
 
 
