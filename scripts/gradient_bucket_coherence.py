@@ -23,7 +23,8 @@ import json
 import sys
 from pathlib import Path
 
-TOKEN_WEIGHTED = ("token-mean",)  # the aggregations whose bucket loss weighs a group by its tokens
+from ragen2.engines.local.grad_decomp import TOKEN_WEIGHTED  # the shares gradient_buckets.py summed with
+
 ROUNDING = 1e-6  # float32 norms, summed in a different order than the file's bucket norm
 
 
