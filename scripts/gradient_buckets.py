@@ -408,7 +408,9 @@ def main(argv=None) -> int:
     result["checkpoints"] = previous_checkpoints(args.out, result)
     done_steps = {int(c["step"]) for c in result["checkpoints"]}
     analysed: set = set()  # (step, advantage) entries this process computes
-    for item in args.checkpoint:
+    # `start` is the weights the models were built with, so it goes first: after a checkpoint's
+    # weights were loaded, the policy no longer holds them (and would be analysed as `start`)
+    for item in sorted(args.checkpoint, key=lambda item: item.partition("=")[2] != "start"):
         step, _, path = item.partition("=")
         if int(step) in done_steps:  # a checkpoint takes hours on a CPU: an interrupted run goes on from here
             print(f"step {step}: in {args.out} already", file=sys.stderr)

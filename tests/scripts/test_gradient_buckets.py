@@ -104,6 +104,25 @@ def test_six_buckets_both_advantages_and_zero_variance_groups_at_zero(tmp_path, 
     assert all(b["kl_norm"] > 1e-4 * b["entropy_norm"] for b in checkpoints[2]["buckets"])
 
 
+def test_start_listed_after_a_checkpoint_is_still_the_start_model(tmp_path, half_coin):
+    """`--checkpoint 5=X --checkpoint 0=start` once analysed X's weights as step 0 (the policy kept
+    the last loaded weights): step 0 must equal an analysis of the start alone."""
+    start = saved_model(tmp_path / "start", seed=0)
+    later = saved_model(tmp_path / "later", seed=1)
+    run = analysis_run(tmp_path / "run", half_coin, start, "optim.micro_batch_size=8")
+    tool = load_tool("gradient_buckets_start_after_checkpoint")
+    common = ["--run", str(run), "--groups", "12", "--group-size", "4"]
+    both, alone = tmp_path / "both.json", tmp_path / "alone.json"
+    assert tool.main([*common, "--out", str(both), "--checkpoint", f"5={later}", "--checkpoint", "0=start"]) == 0
+    assert tool.main([*common, "--out", str(alone), "--checkpoint", "0=start"]) == 0
+
+    def step(path, number):
+        return [(c["buckets"], c["group_points"]) for c in json.loads(path.read_text())["checkpoints"]
+                if c["step"] == number]
+    assert step(both, 0) == step(alone, 0)
+    assert step(both, 0) != step(both, 5)  # other weights, other norms: the test can tell them apart
+
+
 def test_the_preregistered_fit_reads_one_output_per_seed(tmp_path, half_coin):
     model = saved_model(tmp_path / "model", seed=0)
     tool = load_tool("gradient_buckets_fit_under_test")
