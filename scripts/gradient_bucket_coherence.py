@@ -33,6 +33,7 @@ class CoherenceError(ValueError):
 
 
 def nondecreasing(values: list[float]) -> bool | None:
+    """RAGEN-2's reading of its figure (the norm rises over the buckets); None with under two."""
     return all(a <= b for a, b in zip(values, values[1:])) if len(values) > 1 else None
 
 
@@ -63,7 +64,7 @@ def checkpoint_coherence(checkpoint: dict, source: str) -> dict:
             "last_bucket": buckets[-1]["bucket"] if buckets else None, "buckets": buckets}
 
 
-def coherence(files: list[Path]) -> dict:
+def coherence_of_files(files: list[Path]) -> dict:
     runs, counts = [], {}
     for path in files:
         data = json.loads(path.read_text())
@@ -94,7 +95,7 @@ def main(argv=None) -> int:
     try:
         result = {"command": "python scripts/gradient_bucket_coherence.py " +
                              " ".join(sys.argv[1:] if argv is None else argv),
-                  **coherence(args.files)}
+                  **coherence_of_files(args.files)}
     except CoherenceError as error:
         sys.exit(f"cannot split the bucket norms: {error}")
     text = json.dumps(result, indent=1) + "\n"

@@ -50,6 +50,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # grad_vs_spread's floor, one definition
 from grad_vs_spread import FLOOR_RELATIVE, secondary_fit  # noqa: E402
+from gradient_bucket_coherence import nondecreasing  # noqa: E402
 
 from mi_probe import gradients as grad_lib  # noqa: E402
 from ragen2.algos.estimators import compute_advantages  # noqa: E402
@@ -264,7 +265,7 @@ def analyse(models: learner.Models, cfg, batch, step: int, work: CheckpointWork 
                 "entropy_norm_unscaled": norms.get("entropy", 0.0), "kl_norm_unscaled": norms.get("kl", 0.0)})
         with_spread = [b["task_norm"] for b in rows if b["mean_variance"] > 0]
         # RAGEN-2's reading of its figure: the task norm rises over the buckets (those with spread)
-        rising = all(a <= b for a, b in zip(with_spread, with_spread[1:])) if len(with_spread) > 1 else None
+        rising = nondecreasing(with_spread)
         floor = FLOOR_RELATIVE * statistics.median(with_spread) if with_spread else None
         zero = [g for g in per_group if stds[g["group"]] == 0]
         out.append({"step": step, "advantage": advantage, "groups": len(groups),
